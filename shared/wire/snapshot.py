@@ -1,0 +1,131 @@
+"""The per-environment snapshot: what the control plane compiles and relays evaluate.
+
+Every struct here is frozen and every field added after schema version 1 must carry a default,
+so that an old relay decodes a newer snapshot (unknown fields are ignored on decode).
+
+Weights are integers out of ``WEIGHT_SCALE`` (100000 = 100 %), the precision LaunchDarkly uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+SCHEMA_VERSION = 1
+WEIGHT_SCALE = 100_000
+
+
+class WireStruct(msgspec.Struct, rename="camel", frozen=True, omit_defaults=True):
+    """Base of every snapshot struct: camelCase on the wire, immutable in memory."""
+
+
+class Variation(WireStruct):
+    idx: int
+    value: Any
+    name: str = ""
+
+
+class WeightedVariation(WireStruct):
+    idx: int
+    weight: int  # out of WEIGHT_SCALE
+
+
+class Serve(WireStruct):
+    """Exactly one of ``variation`` (fixed) or ``rollout`` (percentage split) is set."""
+
+    variation: int | None = None
+    rollout: tuple[WeightedVariation, ...] | None = None
+    bucket_by: str | None = None  # overrides the flag's bucketBy for this rollout
+
+
+class Clause(WireStruct):
+    """One condition. ``segmentMatch`` clauses carry segment keys in ``values``.
+
+    Within a clause any value may match (OR); ``negate`` inverts the clause's result, except that a
+    missing attribute never matches, negated or not.
+    """
+
+    op: str
+    attribute: str | None = None
+    values: tuple[Any, ...] = ()
+    negate: bool = False
+
+
+class Rule(WireStruct):
+    """All clauses must match (AND); the first matching rule of a flag serves."""
+
+    id: str
+    clauses: tuple[Clause, ...]
+    serve: Serve
+    description: str = ""
+
+
+class Target(WireStruct):
+    """Individual targeting: context keys in ``values`` get ``variation``, before any rule."""
+
+    variation: int
+    values: tuple[str, ...]
+
+
+class Prerequisite(WireStruct):
+    """Flag ``key`` must be on and serve ``variation`` for this flag to go past its off state."""
+
+    key: str
+    variation: int
+
+
+class FlagSnapshot(WireStruct):
+    key: str
+    version: int
+    type: str  # boolean | string | number | json
+    variations: tuple[Variation, ...]
+    enabled: bool
+    off_variation: int
+    fallthrough: Serve
+    rules: tuple[Rule, ...] = ()
+    targets: tuple[Target, ...] = ()
+    prerequisites: tuple[Prerequisite, ...] = ()
+    bucket_by: str = "key"
+    salt: str | None = None  # bucketing salt; None means the flag key
+    client_side: bool = True
+
+
+class SegmentRule(WireStruct):
+    """A segment rule: all clauses must match; with ``weight`` only that share of matches is in."""
+
+    id: str
+    clauses: tuple[Clause, ...]
+    weight: int | None = None  # out of WEIGHT_SCALE
+    bucket_by: str | None = None
+
+
+class SegmentSnapshot(WireStruct):
+    key: str
+    version: int
+    included: tuple[str, ...] = ()
+    excluded: tuple[str, ...] = ()
+    rules: tuple[SegmentRule, ...] = ()
+    salt: str | None = None  # bucketing salt for weighted rules; None means the segment key
+
+
+class Snapshot(WireStruct):
+    project: str
+    environment: str
+    version: int
+    flags: dict[str, FlagSnapshot]
+    segments: dict[str, SegmentSnapshot]
+    schema_version: int = SCHEMA_VERSION
+    generated_at: int = 0  # epoch milliseconds
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Snapshot)
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    return _encoder.encode(snapshot)
+
+
+def decode_snapshot(data: bytes) -> Snapshot:
+    return _decoder.decode(data)
