@@ -1,0 +1,111 @@
+"""The control plane's Litestar application."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+from litestar import Litestar, MediaType, Router, get
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from control_plane.auth import KeyAuthenticationMiddleware
+from control_plane.bootstrap import IssuedKey, bootstrap
+from control_plane.db import migrate
+from control_plane.db.engine import make_async_engine
+from control_plane.deps import provide_scope
+from control_plane.domain.coderefs.controllers import CodeRefController
+from control_plane.domain.environments.controllers import EnvironmentController
+from control_plane.domain.flags.controllers import FlagController
+from control_plane.domain.keys.controllers import KeyController
+from control_plane.domain.segments.controllers import SegmentController
+from control_plane.errors import EXCEPTION_HANDLERS
+from control_plane.publishing.notifier import ChangeNotifier
+from control_plane.settings import Settings
+
+logger = logging.getLogger("vane.control_plane")
+
+API_CONTROLLERS = [
+    FlagController,
+    SegmentController,
+    EnvironmentController,
+    KeyController,
+    CodeRefController,
+]
+UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/schema"]
+
+
+@get("/healthz", include_in_schema=False, media_type=MediaType.JSON)
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/readyz", include_in_schema=False, media_type=MediaType.JSON)
+async def readyz(state: State) -> Any:
+    from litestar import Response
+
+    try:
+        async with state.sessionmaker() as session:
+            await session.execute(text("SELECT 1"))
+    except Exception as exc:
+        return Response({"status": "unavailable", "database": str(exc)}, status_code=503)
+    return {"status": "ready", "database": "ok"}
+
+
+def create_app(settings: Settings | None = None) -> Litestar:
+    """Build the app; the database is migrated (and bootstrapped when empty) at start-up."""
+    settings = settings or Settings.from_env()
+    engine = make_async_engine(settings.database_url)
+    sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
+    notifier = ChangeNotifier()
+
+    async def on_startup(app: Litestar) -> None:
+        await anyio.to_thread.run_sync(migrate.upgrade, settings.database_url)
+        if settings.bootstrap:
+            issued = await bootstrap(sessionmaker)
+            app.state.issued_keys = issued
+            log_issued_keys(issued)
+
+    async def on_shutdown(app: Litestar) -> None:
+        await engine.dispose()
+
+    api = [
+        Router(path=prefix, route_handlers=API_CONTROLLERS, include_in_schema=prefix == "/api/v1")
+        for prefix in ("/api/v1", "/v1")
+    ]
+    return Litestar(
+        route_handlers=[healthz, readyz, *api],
+        state=State(
+            {
+                "sessionmaker": sessionmaker,
+                "engine": engine,
+                "notifier": notifier,
+                "settings": settings,
+            }
+        ),
+        dependencies={"ctx": Provide(provide_scope)},
+        middleware=[DefineMiddleware(KeyAuthenticationMiddleware, exclude=UNAUTHENTICATED)],
+        exception_handlers=EXCEPTION_HANDLERS,
+        request_max_body_size=settings.max_body_bytes,
+        on_startup=[on_startup],
+        on_shutdown=[on_shutdown],
+        openapi_config=OpenAPIConfig(
+            title="Vane control plane",
+            version="1.0.0",
+            path="/schema",
+            render_plugins=[SwaggerRenderPlugin()],
+        ),
+        debug=False,
+    )
+
+
+def log_issued_keys(issued: list[IssuedKey]) -> None:
+    for key in issued:
+        where = f" ({key.environment})" if key.environment else ""
+        logger.warning("first %s key%s: %s", key.kind.value, where, key.token)

@@ -1,0 +1,161 @@
+"""API keys: ``<prefix>live_<secret>``, stored only as a SHA-256 hash, checked on every request.
+
+Secrets carry 238 bits of entropy, so a plain SHA-256 (no salt, no stretching) is enough and keeps
+the lookup a single indexed query. Revocation takes effect on the next request: nothing is cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import string
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from control_plane.db.ids import new_id
+from control_plane.db.models import ApiKey
+from control_plane.errors import ApiError
+
+
+class KeyKind(StrEnum):
+    MANAGEMENT = "management"
+    SERVER = "server"
+    RELAY = "relay"
+    PUBLIC = "public"
+
+
+PREFIXES: dict[KeyKind, str] = {
+    KeyKind.MANAGEMENT: "vsk_",
+    KeyKind.SERVER: "ssk_",
+    KeyKind.RELAY: "rsk_",
+    KeyKind.PUBLIC: "pk_",
+}
+_KIND_BY_PREFIX = {prefix: kind for kind, prefix in PREFIXES.items()}
+_SECRET_ALPHABET = string.ascii_letters + string.digits
+_SECRET_LENGTH = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the key's id, project, kind and (for public and relay keys) environment."""
+
+    key_id: str
+    project_id: str
+    kind: KeyKind
+    environment_id: str | None
+
+
+def hash_secret(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def kind_of(token: str) -> KeyKind | None:
+    prefix, sep, _ = token.partition("_")
+    return _KIND_BY_PREFIX.get(prefix + "_") if sep else None
+
+
+def generate_token(kind: KeyKind) -> str:
+    secret = "".join(secrets.choice(_SECRET_ALPHABET) for _ in range(_SECRET_LENGTH))
+    return f"{PREFIXES[kind]}live_{secret}"
+
+
+def new_api_key(
+    project_id: str,
+    kind: KeyKind,
+    *,
+    environment_id: str | None = None,
+    name: str = "",
+    origins: list[str] | None = None,
+) -> tuple[ApiKey, str]:
+    """A new key row and its token; the token is shown once and never stored."""
+    token = generate_token(kind)
+    row = ApiKey(
+        id=new_id("key"),
+        project_id=project_id,
+        kind=kind.value,
+        environment_id=environment_id,
+        name=name,
+        hint=token[: len(PREFIXES[kind]) + 9] + "…",
+        secret_hash=hash_secret(token),
+        origins=list(origins or []),
+    )
+    return row, token
+
+
+async def find_principal(session: AsyncSession, token: str) -> Principal | None:
+    if kind_of(token) is None:
+        return None
+    row = (
+        await session.execute(
+            select(ApiKey.id, ApiKey.project_id, ApiKey.kind, ApiKey.environment_id).where(
+                ApiKey.secret_hash == hash_secret(token), ApiKey.revoked_at.is_(None)
+            )
+        )
+    ).first()
+    if row is None:
+        return None
+    return Principal(row.id, row.project_id, KeyKind(row.kind), row.environment_id)
+
+
+def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    header = connection.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class KeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
+    """Resolves ``Authorization: Bearer <key>`` to a ``Principal`` (401 when missing or unknown)."""
+
+    async def authenticate_request(
+        self, connection: ASGIConnection[Any, Any, Any, Any]
+    ) -> AuthenticationResult:
+        token = bearer_token(connection)
+        if token is None:
+            raise ApiError(
+                401,
+                "missing API key: send the header 'Authorization: Bearer <key>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        sessionmaker: async_sessionmaker[AsyncSession] = connection.app.state.sessionmaker
+        async with sessionmaker() as session:
+            principal = await find_principal(session, token)
+        if principal is None:
+            raise ApiError(
+                401, "unknown or revoked API key", headers={"WWW-Authenticate": "Bearer"}
+            )
+        return AuthenticationResult(user=principal, auth=token)
+
+
+_KIND_LABELS = {
+    KeyKind.MANAGEMENT: "a management key (vsk_)",
+    KeyKind.SERVER: "a server key (ssk_)",
+    KeyKind.RELAY: "a relay key (rsk_)",
+    KeyKind.PUBLIC: "a public key (pk_)",
+}
+
+
+def requires(*kinds: KeyKind) -> Any:
+    """A guard admitting only keys of ``kinds`` (403 otherwise)."""
+    allowed = frozenset(kinds)
+    wanted = " or ".join(_KIND_LABELS[kind] for kind in kinds)
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        principal: Principal = connection.user
+        if principal.kind not in allowed:
+            raise ApiError(
+                403,
+                f"this endpoint needs {wanted}; the key presented is {_KIND_LABELS[principal.kind]}",
+            )
+
+    return guard

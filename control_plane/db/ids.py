@@ -1,0 +1,36 @@
+"""Prefixed, time-sortable identifiers (``flg_01j…``): 48 bits of milliseconds + 80 random bits.
+
+Within one process ids are strictly increasing, even inside one millisecond (the random part is
+incremented, as monotonic ULIDs do), so ordering by id orders by creation.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lowercase
+_lock = threading.Lock()
+_last = (0, 0)
+
+
+def _base32(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_id(prefix: str) -> str:
+    global _last
+    with _lock:
+        millis = time.time_ns() // 1_000_000
+        last_millis, last_random = _last
+        if millis <= last_millis:
+            millis, random_part = last_millis, (last_random + 1) % (1 << 80)
+        else:
+            random_part = secrets.randbits(80)
+        _last = (millis, random_part)
+    return f"{prefix}_{_base32(millis, 10)}{_base32(random_part, 16)}"

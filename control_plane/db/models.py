@@ -1,0 +1,173 @@
+"""The control plane's tables. Every resource belongs to a project; keys pick the project."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from control_plane.db.types import Json, UTCDateTime, utcnow
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Environment(Base):
+    __tablename__ = "environments"
+    __table_args__ = (UniqueConstraint("project_id", "key"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(200))
+    # Bumped in the same transaction as every change to what the environment serves.
+    snapshot_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(20))  # management | server | relay | public
+    environment_id: Mapped[str | None] = mapped_column(
+        ForeignKey("environments.id", ondelete="CASCADE"), nullable=True
+    )
+    name: Mapped[str] = mapped_column(String(200), default="")
+    hint: Mapped[str] = mapped_column(String(40))  # e.g. "vsk_live_ab12…"; never the secret
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    origins: Mapped[list[str]] = mapped_column(Json, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class Flag(Base):
+    __tablename__ = "flags"
+    __table_args__ = (UniqueConstraint("project_id", "key"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="")
+    type: Mapped[str] = mapped_column(String(10))
+    variations: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    temporary: Mapped[bool] = mapped_column(Boolean, default=True)
+    bucket_by: Mapped[str] = mapped_column(String(200), default="key")
+    tags: Mapped[list[str]] = mapped_column(Json, default=list)
+    client_side: Mapped[bool] = mapped_column(Boolean, default=True)
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    archived_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class FlagSetting(Base):
+    """A flag's behaviour in one environment: state, fallthrough, rules, targets, prerequisites.
+
+    JSON columns hold the canonical wire forms (see ``shared.wire.snapshot``), weights out of
+    100000.
+    """
+
+    __tablename__ = "flag_settings"
+
+    flag_id: Mapped[str] = mapped_column(
+        ForeignKey("flags.id", ondelete="CASCADE"), primary_key=True
+    )
+    environment_id: Mapped[str] = mapped_column(
+        ForeignKey("environments.id", ondelete="CASCADE"), primary_key=True
+    )
+    enabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    off_variation: Mapped[int] = mapped_column(Integer)
+    fallthrough: Mapped[dict[str, Any]] = mapped_column(Json)
+    rules: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    targets: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    prerequisites: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Segment(Base):
+    __tablename__ = "segments"
+    __table_args__ = (UniqueConstraint("project_id", "key"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="")
+    included: Mapped[list[str]] = mapped_column(Json, default=list)
+    excluded: Mapped[list[str]] = mapped_column(Json, default=list)
+    rules: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class CodeReference(Base):
+    __tablename__ = "code_references"
+    __table_args__ = (
+        Index("ix_code_references_flag", "project_id", "flag_key"),
+        Index("ix_code_references_repository", "project_id", "repository"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    repository: Mapped[str] = mapped_column(String(300))
+    branch: Mapped[str] = mapped_column(String(200))
+    flag_key: Mapped[str] = mapped_column(String(128))
+    path: Mapped[str] = mapped_column(Text)
+    line: Mapped[int] = mapped_column(Integer)
+    snippet: Mapped[str] = mapped_column(Text, default="")
+    uploaded_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class AuditEntry(Base):
+    __tablename__ = "audit_entries"
+    __table_args__ = (
+        Index("ix_audit_entries_resource", "project_id", "resource_type", "resource_key", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # sortable: newest is largest
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    actor_key_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    actor: Mapped[str] = mapped_column(String(200), default="")
+    action: Mapped[str] = mapped_column(String(64))
+    resource_type: Mapped[str] = mapped_column(String(32))
+    resource_key: Mapped[str] = mapped_column(String(128))
+    environment: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    before: Mapped[Any] = mapped_column(Json, nullable=True)
+    after: Mapped[Any] = mapped_column(Json, nullable=True)

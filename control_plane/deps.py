@@ -1,0 +1,41 @@
+"""Request-scoped dependencies: one transaction per request, the caller's scope."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import Request
+from litestar.datastructures import State
+from litestar.di import NamedDependency
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from control_plane.auth import Principal
+from control_plane.domain.common import CHANGED_ENVIRONMENTS, Actor, Scope
+
+
+async def provide_scope(
+    state: State, request: Request[Principal, Any, Any]
+) -> AsyncIterator[Scope]:
+    """Yield the request's unit of work; commit when the handler returns, roll back if it raises.
+
+    Nothing is half-written: a handler that fails after some writes leaves the database as it was.
+    After the commit, environments whose snapshots changed are announced to the publisher.
+    """
+    sessionmaker: async_sessionmaker[AsyncSession] = state.sessionmaker
+    principal = request.user
+    async with sessionmaker() as session:
+        scope = Scope(session=session, project_id=principal.project_id, actor=Actor.of(principal))
+        try:
+            yield scope
+        except BaseException:
+            await session.rollback()
+            raise
+        await session.commit()
+        changed: set[str] = session.info.pop(CHANGED_ENVIRONMENTS, set())
+        if changed:
+            await state.notifier.environments_changed(principal.project_id, changed)
+
+
+Ctx = NamedDependency[Scope]
+"""Handler parameter type for the request's unit of work (``ctx: Ctx``)."""

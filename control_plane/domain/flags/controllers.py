@@ -1,0 +1,100 @@
+"""Flag endpoints of the interface (management key)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, get, patch, post, put
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+
+from control_plane.auth import KeyKind, requires
+from control_plane.deps import Ctx
+from control_plane.domain.flags import schemas as s
+from control_plane.domain.flags import services
+from control_plane.errors import StrictBody
+
+
+class FlagController(Controller):
+    path = "/flags"
+    tags = ["flags"]
+    guards = [requires(KeyKind.MANAGEMENT)]
+
+    @get("/", summary="List flags")
+    async def list_flags(self, ctx: Ctx, archived: FromQuery[bool] = False) -> s.FlagList:
+        flags = await services.list_flags(ctx, include_archived=archived)
+        return s.FlagList(flags=flags, count=len(flags))
+
+    @post("/", dto=StrictBody[s.FlagCreate], return_dto=None, summary="Create a flag")
+    async def create_flag(self, ctx: Ctx, data: JSONBody[s.FlagCreate]) -> s.Flag:
+        return await services.create_flag(ctx, data)
+
+    @get("/{key:str}", summary="Get a flag")
+    async def get_flag(self, ctx: Ctx, key: FromPath[str]) -> s.Flag:
+        return await services.get_flag(ctx, key)
+
+    @patch("/{key:str}", dto=StrictBody[s.FlagPatch], return_dto=None, summary="Update a flag")
+    async def patch_flag(self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.FlagPatch]) -> s.Flag:
+        return await services.patch_flag(ctx, key, data)
+
+    @post("/{key:str}/archive", status_code=200, summary="Archive a flag")
+    async def archive(self, ctx: Ctx, key: FromPath[str]) -> s.Flag:
+        return await services.archive_flag(ctx, key)
+
+    @post("/{key:str}/restore", status_code=200, summary="Restore an archived flag")
+    async def restore(self, ctx: Ctx, key: FromPath[str]) -> s.Flag:
+        return await services.restore_flag(ctx, key)
+
+    @get("/{key:str}/audit", summary="Change history of a flag, newest first")
+    async def audit(
+        self,
+        ctx: Ctx,
+        key: FromPath[str],
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        cursor: FromQuery[str | None] = None,
+    ) -> s.AuditList:
+        await services.get_flag(ctx, key)  # 404 for an unknown flag
+        return await services.audit_of(ctx, "flag", key, limit=limit, cursor=cursor)
+
+    @get("/{key:str}/environments/{env:str}", summary="A flag's settings in one environment")
+    async def get_settings(
+        self, ctx: Ctx, key: FromPath[str], env: FromPath[str]
+    ) -> s.EnvironmentSettings:
+        return await services.get_settings(ctx, key, env)
+
+    @put(
+        "/{key:str}/environments/{env:str}",
+        dto=StrictBody[s.EnvironmentSettingsIn],
+        return_dto=None,
+        summary="Change a flag's settings in one environment",
+    )
+    async def put_settings(
+        self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.EnvironmentSettingsIn]
+    ) -> s.EnvironmentSettings:
+        return await services.put_settings(ctx, key, env, data)
+
+    @post(
+        "/{key:str}/environments/{env:str}/toggle",
+        dto=StrictBody[s.ToggleIn],
+        return_dto=None,
+        status_code=200,
+        summary="Turn a flag on or off in one environment (kill switch)",
+    )
+    async def toggle(
+        self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.ToggleIn]
+    ) -> s.Toggled:
+        return await services.toggle(ctx, key, env, data.enabled)
+
+    @get("/{key:str}/environments/{env:str}/rules", summary="A flag's targeting rules")
+    async def get_rules(self, ctx: Ctx, key: FromPath[str], env: FromPath[str]) -> s.Rules:
+        return await services.get_rules(ctx, key, env)
+
+    @put(
+        "/{key:str}/environments/{env:str}/rules",
+        dto=StrictBody[s.RulesIn],
+        return_dto=None,
+        summary="Replace a flag's targeting rules",
+    )
+    async def put_rules(
+        self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.RulesIn]
+    ) -> s.Rules:
+        return await services.put_rules(ctx, key, env, data)

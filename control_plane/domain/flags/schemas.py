@@ -1,0 +1,228 @@
+"""Request and response bodies of the flags API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from control_plane.domain.schemas import ApiIn, ApiOut
+
+FlagType = Literal["boolean", "string", "number", "json"]
+
+
+class VariationIn(ApiIn):
+    value: Any
+    idx: int | None = None
+    name: str | None = None
+
+
+class FlagCreate(ApiIn):
+    key: str
+    name: str | None = None
+    description: str = ""
+    type: FlagType = "boolean"
+    variations: list[VariationIn] | None = None
+    temporary: bool = True
+    bucket_by: str = "key"
+    tags: list[str] = msgspec.field(default_factory=list)
+    client_side: bool = True
+
+
+class FlagPatch(ApiIn):
+    name: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    tags: list[str] | UnsetType = UNSET
+    temporary: bool | UnsetType = UNSET
+    client_side: bool | UnsetType = UNSET
+
+
+class WeightIn(ApiIn):
+    idx: int
+    weight: float  # percent, up to 3 decimals
+
+
+class ServeIn(ApiIn):
+    """``{variation: idx}`` or ``{rollout: [{idx, weight}]}`` — exactly one."""
+
+    variation: int | None = None
+    rollout: list[WeightIn] | None = None
+    bucket_by: str | None = None
+
+
+class TargetIn(ApiIn):
+    variation: int
+    values: list[str]
+
+
+class PrerequisiteIn(ApiIn):
+    key: str
+    variation: int
+
+
+class EnvironmentSettingsIn(ApiIn):
+    """PUT body: fields left out keep their current value."""
+
+    enabled: bool | UnsetType = UNSET
+    off_variation: int | UnsetType = UNSET
+    fallthrough: ServeIn | UnsetType = UNSET
+    targets: list[TargetIn] | UnsetType = UNSET
+    prerequisites: list[PrerequisiteIn] | UnsetType = UNSET
+
+
+class ToggleIn(ApiIn):
+    enabled: bool
+
+
+class ClauseIn(ApiIn):
+    """``{attribute, op, values, negate}`` or ``{segment, op: "segmentMatch"}``."""
+
+    op: str | None = None
+    attribute: str | None = None
+    values: list[Any] | None = None
+    segment: str | None = None
+    negate: bool = False
+
+
+class RuleIn(ApiIn):
+    """A rule serves ``variation``/``rollout`` directly or wrapped in ``serve``."""
+
+    clauses: list[ClauseIn]
+    id: str | None = None
+    description: str = ""
+    variation: int | None = None
+    rollout: list[WeightIn] | None = None
+    serve: ServeIn | None = None
+
+
+class RulesIn(ApiIn):
+    rules: list[RuleIn]
+
+
+class EvaluateIn(ApiIn):
+    context: dict[str, Any]
+
+
+# --- responses -------------------------------------------------------------------------------
+
+
+class Variation(ApiOut):
+    idx: int
+    value: Any
+    name: str
+
+
+class Weight(ApiOut):
+    idx: int
+    weight: float | int
+
+
+class Serve(ApiOut):
+    variation: int | UnsetType | None = UNSET
+    rollout: list[Weight] | UnsetType = UNSET
+    bucket_by: str | UnsetType = UNSET
+
+
+class Clause(ApiOut):
+    op: str
+    values: list[Any]
+    attribute: str | UnsetType = UNSET
+    negate: bool = False
+
+
+class Rule(ApiOut):
+    id: str
+    description: str
+    clauses: list[Clause]
+    serve: Serve
+
+
+class Target(ApiOut):
+    variation: int
+    values: list[str]
+
+
+class Prerequisite(ApiOut):
+    key: str
+    variation: int
+
+
+class EnvironmentSummary(ApiOut):
+    enabled: bool
+    off_variation: int
+    fallthrough: Serve
+    rules_count: int
+    targets_count: int
+    prerequisites_count: int
+    version: int
+    updated_at: datetime
+
+
+class Flag(ApiOut):
+    id: str
+    key: str
+    name: str
+    description: str
+    type: str
+    variations: list[Variation]
+    temporary: bool
+    bucket_by: str
+    tags: list[str]
+    client_side: bool
+    archived: bool
+    archived_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    environments: dict[str, EnvironmentSummary]
+
+
+class FlagList(ApiOut):
+    flags: list[Flag]
+    count: int
+
+
+class EnvironmentSettings(ApiOut):
+    flag: str
+    environment: str
+    enabled: bool
+    off_variation: int
+    fallthrough: Serve
+    targets: list[Target]
+    prerequisites: list[Prerequisite]
+    version: int
+    updated_at: datetime
+
+
+class Toggled(ApiOut):
+    flag: str
+    environment: str
+    enabled: bool
+    version: int
+
+
+class Rules(ApiOut):
+    flag: str
+    environment: str
+    rules: list[Rule]
+    version: int
+
+
+class AuditEntry(ApiOut):
+    id: str
+    at: datetime
+    actor: str
+    actor_key_id: str | None
+    action: str
+    resource_type: str
+    resource_key: str
+    environment: str | None
+    before: Any
+    after: Any
+
+
+class AuditList(ApiOut):
+    entries: list[AuditEntry]
+    next_cursor: str | None

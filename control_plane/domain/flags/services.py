@@ -1,0 +1,565 @@
+"""Flags and their per-environment settings: reads, validated writes, audit, snapshot versions."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from control_plane.db.ids import new_id
+from control_plane.db.models import AuditEntry, Environment, Flag, FlagSetting, Segment
+from control_plane.db.types import utcnow
+from control_plane.domain.common import Scope
+from control_plane.domain.flags import schemas as s
+from control_plane.domain.flags import validation as v
+from control_plane.errors import ApiError, conflict, invalid, not_found
+from shared.wire import snapshot as w
+
+# --- stored JSON <-> wire structs <-> API output -------------------------------------------------
+
+
+def _wire(value: Any, kind: type[Any]) -> Any:
+    return msgspec.convert(value, kind)
+
+
+def _stored(value: Any) -> Any:
+    return msgspec.to_builtins(value)
+
+
+def _percent(units: int) -> float | int:
+    return units // 1000 if units % 1000 == 0 else units / 1000
+
+
+def serve_out(stored: dict[str, Any]) -> s.Serve:
+    served: w.Serve = _wire(stored, w.Serve)
+    if served.rollout is not None:
+        return s.Serve(
+            rollout=[s.Weight(idx=i.idx, weight=_percent(i.weight)) for i in served.rollout],
+            bucket_by=served.bucket_by if served.bucket_by else msgspec.UNSET,
+        )
+    return s.Serve(variation=served.variation)
+
+
+def clause_out(clause: w.Clause) -> s.Clause:
+    return s.Clause(
+        op=clause.op,
+        values=list(clause.values),
+        attribute=clause.attribute if clause.attribute is not None else msgspec.UNSET,
+        negate=clause.negate,
+    )
+
+
+def rules_out(stored: list[dict[str, Any]]) -> list[s.Rule]:
+    out = []
+    for item in stored:
+        rule: w.Rule = _wire(item, w.Rule)
+        out.append(
+            s.Rule(
+                id=rule.id,
+                description=rule.description,
+                clauses=[clause_out(c) for c in rule.clauses],
+                serve=serve_out(_stored(rule.serve)),
+            )
+        )
+    return out
+
+
+def _summary(setting: FlagSetting) -> s.EnvironmentSummary:
+    return s.EnvironmentSummary(
+        enabled=setting.enabled,
+        off_variation=setting.off_variation,
+        fallthrough=serve_out(setting.fallthrough),
+        rules_count=len(setting.rules),
+        targets_count=len(setting.targets),
+        prerequisites_count=len(setting.prerequisites),
+        version=setting.version,
+        updated_at=setting.updated_at,
+    )
+
+
+def flag_out(flag: Flag, settings: Sequence[tuple[FlagSetting, str]]) -> s.Flag:
+    return s.Flag(
+        id=flag.id,
+        key=flag.key,
+        name=flag.name,
+        description=flag.description,
+        type=flag.type,
+        variations=[
+            s.Variation(idx=x["idx"], value=x["value"], name=x.get("name", ""))
+            for x in flag.variations
+        ],
+        temporary=flag.temporary,
+        bucket_by=flag.bucket_by,
+        tags=list(flag.tags),
+        client_side=flag.client_side,
+        archived=flag.archived,
+        archived_at=flag.archived_at,
+        version=flag.version,
+        created_at=flag.created_at,
+        updated_at=flag.updated_at,
+        environments={env_key: _summary(setting) for setting, env_key in settings},
+    )
+
+
+def settings_out(flag: Flag, env_key: str, setting: FlagSetting) -> s.EnvironmentSettings:
+    return s.EnvironmentSettings(
+        flag=flag.key,
+        environment=env_key,
+        enabled=setting.enabled,
+        off_variation=setting.off_variation,
+        fallthrough=serve_out(setting.fallthrough),
+        targets=[
+            s.Target(variation=t["variation"], values=list(t["values"])) for t in setting.targets
+        ],
+        prerequisites=[
+            s.Prerequisite(key=p["key"], variation=p["variation"]) for p in setting.prerequisites
+        ],
+        version=setting.version,
+        updated_at=setting.updated_at,
+    )
+
+
+def _idxs(flag: Flag) -> frozenset[int]:
+    return frozenset(int(x["idx"]) for x in flag.variations)
+
+
+def _new_rule_id() -> str:
+    return "rule_" + secrets.token_hex(4)
+
+
+# --- reads -----------------------------------------------------------------------------------------
+
+
+async def _flag(scope: Scope, key: str) -> Flag:
+    flag = await scope.session.scalar(
+        select(Flag).where(Flag.project_id == scope.project_id, Flag.key == key)
+    )
+    if flag is None:
+        raise not_found("flag", key)
+    return flag
+
+
+async def _settings_of(
+    scope: Scope, flag_ids: Iterable[str]
+) -> dict[str, list[tuple[FlagSetting, str]]]:
+    ids = list(flag_ids)
+    by_flag: dict[str, list[tuple[FlagSetting, str]]] = {i: [] for i in ids}
+    if not ids:
+        return by_flag
+    rows = await scope.session.execute(
+        select(FlagSetting, Environment.key)
+        .join(Environment, Environment.id == FlagSetting.environment_id)
+        .where(FlagSetting.flag_id.in_(ids))
+        .order_by(Environment.created_at, Environment.key)
+    )
+    for setting, env_key in rows:
+        by_flag[setting.flag_id].append((setting, env_key))
+    return by_flag
+
+
+async def list_flags(scope: Scope, *, include_archived: bool = False) -> list[s.Flag]:
+    query = select(Flag).where(Flag.project_id == scope.project_id).order_by(Flag.key)
+    if not include_archived:
+        query = query.where(Flag.archived.is_(False))
+    flags = list(await scope.session.scalars(query))
+    settings = await _settings_of(scope, (f.id for f in flags))
+    return [flag_out(f, settings[f.id]) for f in flags]
+
+
+async def get_flag(scope: Scope, key: str) -> s.Flag:
+    flag = await _flag(scope, key)
+    return flag_out(flag, (await _settings_of(scope, [flag.id]))[flag.id])
+
+
+async def _setting(scope: Scope, key: str, env_key: str) -> tuple[Flag, Environment, FlagSetting]:
+    flag = await _flag(scope, key)
+    env = await scope.environment(env_key)
+    setting = await scope.session.get(FlagSetting, (flag.id, env.id))
+    if setting is None:  # every flag has a row per environment; this guards a broken database
+        raise not_found("flag setting", f"{key}/{env_key}")
+    return flag, env, setting
+
+
+async def get_settings(scope: Scope, key: str, env_key: str) -> s.EnvironmentSettings:
+    flag, env, setting = await _setting(scope, key, env_key)
+    return settings_out(flag, env.key, setting)
+
+
+async def get_rules(scope: Scope, key: str, env_key: str) -> s.Rules:
+    flag, env, setting = await _setting(scope, key, env_key)
+    return s.Rules(
+        flag=flag.key, environment=env.key, rules=rules_out(setting.rules), version=setting.version
+    )
+
+
+async def audit_of(
+    scope: Scope, resource_type: str, key: str, *, limit: int, cursor: str | None
+) -> s.AuditList:
+    query = (
+        select(AuditEntry)
+        .where(
+            AuditEntry.project_id == scope.project_id,
+            AuditEntry.resource_type == resource_type,
+            AuditEntry.resource_key == key,
+        )
+        .order_by(AuditEntry.id.desc())
+        .limit(limit + 1)
+    )
+    if cursor:
+        query = query.where(AuditEntry.id < cursor)
+    rows = list(await scope.session.scalars(query))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return s.AuditList(
+        entries=[
+            s.AuditEntry(
+                id=r.id,
+                at=r.at,
+                actor=r.actor,
+                actor_key_id=r.actor_key_id,
+                action=r.action,
+                resource_type=r.resource_type,
+                resource_key=r.resource_key,
+                environment=r.environment,
+                before=r.before,
+                after=r.after,
+            )
+            for r in rows
+        ],
+        next_cursor=rows[-1].id if more and rows else None,
+    )
+
+
+# --- writes ----------------------------------------------------------------------------------------
+
+
+async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
+    problems = v.Problems()
+    v.check_key(problems, "key", body.key)
+    name = body.name if body.name is not None else body.key
+    v.check_name(problems, "name", name)
+    v.check_tags(problems, "tags", body.tags)
+    if not body.bucket_by.strip():
+        problems.add("bucketBy", "must not be blank")
+    variations = v.variations(problems, body.type, body.variations)
+    problems.raise_if_any()
+
+    on_idx, off_idx = v.default_serving(body.type, variations)
+    now = utcnow()
+    flag = Flag(
+        id=new_id("flg"),
+        project_id=scope.project_id,
+        key=body.key,
+        name=name,
+        description=body.description,
+        type=body.type,
+        variations=[_stored(x) for x in variations],
+        temporary=body.temporary,
+        bucket_by=body.bucket_by,
+        tags=list(dict.fromkeys(body.tags)),
+        client_side=body.client_side,
+        archived=False,
+        version=1,
+        created_at=now,
+        updated_at=now,
+    )
+    scope.session.add(flag)
+    try:
+        await scope.session.flush()
+    except IntegrityError as exc:
+        raise conflict(f"a flag with key {body.key!r} already exists") from exc
+    environments = await scope.environments()
+    settings = []
+    for env in environments:
+        setting = FlagSetting(
+            flag_id=flag.id,
+            environment_id=env.id,
+            enabled=False,
+            off_variation=off_idx,
+            fallthrough=_stored(w.Serve(variation=on_idx)),
+            rules=[],
+            targets=[],
+            prerequisites=[],
+            version=1,
+            updated_at=now,
+        )
+        scope.session.add(setting)
+        settings.append((setting, env.key))
+    await scope.session.flush()
+    await scope.changed(env.id for env in environments)
+    out = flag_out(flag, settings)
+    scope.audit("flag.create", "flag", flag.key, after=out)
+    return out
+
+
+async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
+    flag = await _flag(scope, key)
+    before = await get_flag(scope, key)
+    problems = v.Problems()
+    if body.name is not msgspec.UNSET:
+        v.check_name(problems, "name", body.name)
+    if body.tags is not msgspec.UNSET:
+        v.check_tags(problems, "tags", body.tags)
+    problems.raise_if_any()
+    if body.name is not msgspec.UNSET:
+        flag.name = body.name
+    if body.description is not msgspec.UNSET:
+        flag.description = body.description
+    if body.tags is not msgspec.UNSET:
+        flag.tags = list(dict.fromkeys(body.tags))
+    if body.temporary is not msgspec.UNSET:
+        flag.temporary = body.temporary
+    if body.client_side is not msgspec.UNSET and body.client_side != flag.client_side:
+        flag.client_side = body.client_side
+        await _touch_all_settings(scope, flag)  # who may see the flag changed: republish
+    flag.version += 1
+    flag.updated_at = utcnow()
+    await scope.session.flush()
+    after = await get_flag(scope, key)
+    scope.audit("flag.update", "flag", key, before=before, after=after)
+    return after
+
+
+async def _touch_all_settings(scope: Scope, flag: Flag) -> None:
+    settings = list(
+        await scope.session.scalars(select(FlagSetting).where(FlagSetting.flag_id == flag.id))
+    )
+    now = utcnow()
+    for setting in settings:
+        setting.version += 1
+        setting.updated_at = now
+    await scope.changed(x.environment_id for x in settings)
+
+
+async def _dependents(scope: Scope, flag_key: str) -> list[tuple[str, str]]:
+    """(flag key, environment key) of live flags that name ``flag_key`` as a prerequisite."""
+    rows = await scope.session.execute(
+        select(Flag.key, Environment.key, FlagSetting.prerequisites)
+        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+        .join(Environment, Environment.id == FlagSetting.environment_id)
+        .where(Flag.project_id == scope.project_id, Flag.archived.is_(False), Flag.key != flag_key)
+    )
+    return [
+        (fkey, ekey)
+        for fkey, ekey, prereqs in rows
+        if any(p["key"] == flag_key for p in prereqs)
+    ]
+
+
+async def archive_flag(scope: Scope, key: str) -> s.Flag:
+    flag = await _flag(scope, key)
+    if flag.archived:
+        raise conflict(f"flag {key!r} is already archived")
+    dependents = await _dependents(scope, key)
+    if dependents:
+        names = ", ".join(sorted({f"{f} ({e})" for f, e in dependents}))
+        raise conflict(f"flag {key!r} is a prerequisite of {names}: remove it there first")
+    before = await get_flag(scope, key)
+    flag.archived = True
+    flag.archived_at = flag.updated_at = utcnow()
+    flag.version += 1
+    await _touch_all_settings(scope, flag)
+    await scope.session.flush()
+    after = await get_flag(scope, key)
+    scope.audit("flag.archive", "flag", key, before=before, after=after)
+    return after
+
+
+async def restore_flag(scope: Scope, key: str) -> s.Flag:
+    flag = await _flag(scope, key)
+    if not flag.archived:
+        raise conflict(f"flag {key!r} is not archived")
+    before = await get_flag(scope, key)
+    flag.archived = False
+    flag.archived_at = None
+    flag.updated_at = utcnow()
+    flag.version += 1
+    await _touch_all_settings(scope, flag)
+    await scope.session.flush()
+    after = await get_flag(scope, key)
+    scope.audit("flag.restore", "flag", key, before=before, after=after)
+    return after
+
+
+def _refuse_archived(flag: Flag) -> None:
+    if flag.archived:
+        raise ApiError(
+            409, f"flag {flag.key!r} is archived: restore it before changing its settings"
+        )
+
+
+async def _prerequisites(
+    scope: Scope,
+    flag: Flag,
+    env: Environment,
+    given: Sequence[s.PrerequisiteIn],
+    problems: v.Problems,
+) -> list[w.Prerequisite]:
+    out: list[w.Prerequisite] = []
+    keys = {p.key for p in given}
+    others = {
+        f.key: f
+        for f in await scope.session.scalars(
+            select(Flag).where(Flag.project_id == scope.project_id, Flag.key.in_(keys))
+        )
+    }
+    seen: set[str] = set()
+    for i, item in enumerate(given):
+        field = f"prerequisites[{i}]"
+        other = others.get(item.key)
+        if item.key == flag.key:
+            problems.add(f"{field}.key", "a flag cannot be its own prerequisite")
+        elif other is None:
+            problems.add(f"{field}.key", f"unknown flag {item.key!r}")
+        elif other.archived:
+            problems.add(f"{field}.key", f"flag {item.key!r} is archived")
+        elif item.variation not in _idxs(other):
+            problems.add(
+                f"{field}.variation",
+                f"flag {item.key!r} has no variation with idx {item.variation}",
+            )
+        if item.key in seen:
+            problems.add(f"{field}.key", f"{item.key!r} is listed twice")
+        seen.add(item.key)
+        out.append(w.Prerequisite(key=item.key, variation=item.variation))
+    if not problems.items and out:
+        cycle = await _prerequisite_cycle(scope, flag.key, env, [p.key for p in out])
+        if cycle:
+            problems.add("prerequisites", "would make a cycle: " + " -> ".join(cycle))
+    return out
+
+
+async def _prerequisite_cycle(
+    scope: Scope, flag_key: str, env: Environment, new_prereqs: list[str]
+) -> list[str] | None:
+    rows = await scope.session.execute(
+        select(Flag.key, FlagSetting.prerequisites)
+        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+        .where(Flag.project_id == scope.project_id, FlagSetting.environment_id == env.id)
+    )
+    graph = {key: [p["key"] for p in prereqs] for key, prereqs in rows}
+    graph[flag_key] = new_prereqs
+
+    def walk(node: str, path: list[str]) -> list[str] | None:
+        for nxt in graph.get(node, []):
+            if nxt == flag_key:
+                return [*path, nxt]
+            if nxt not in path:
+                found = walk(nxt, [*path, nxt])
+                if found:
+                    return found
+        return None
+
+    return walk(flag_key, [flag_key])
+
+
+async def put_settings(
+    scope: Scope, key: str, env_key: str, body: s.EnvironmentSettingsIn
+) -> s.EnvironmentSettings:
+    flag, env, setting = await _setting(scope, key, env_key)
+    _refuse_archived(flag)
+    before = settings_out(flag, env.key, setting)
+    idxs = _idxs(flag)
+    problems = v.Problems()
+    if body.off_variation is not msgspec.UNSET and body.off_variation not in idxs:
+        problems.add("offVariation", f"no variation has idx {body.off_variation}")
+    fallthrough = (
+        v.serve(problems, "fallthrough", body.fallthrough, idxs)
+        if body.fallthrough is not msgspec.UNSET
+        else None
+    )
+    targets = v.targets(problems, body.targets, idxs) if body.targets is not msgspec.UNSET else None
+    prerequisites = (
+        await _prerequisites(scope, flag, env, body.prerequisites, problems)
+        if body.prerequisites is not msgspec.UNSET
+        else None
+    )
+    problems.raise_if_any()
+    if body.enabled is not msgspec.UNSET:
+        setting.enabled = body.enabled
+    if body.off_variation is not msgspec.UNSET:
+        setting.off_variation = body.off_variation
+    if fallthrough is not None:
+        setting.fallthrough = _stored(fallthrough)
+    if targets is not None:
+        setting.targets = [_stored(t) for t in targets]
+    if prerequisites is not None:
+        setting.prerequisites = [_stored(p) for p in prerequisites]
+    await _check_with_engine(scope, flag, env, setting)
+    after = await _save_setting(scope, flag, env, setting)
+    scope.audit(
+        "flag.settings.update", "flag", key, before=before, after=after, environment=env.key
+    )
+    return after
+
+
+async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggled:
+    flag, env, setting = await _setting(scope, key, env_key)
+    _refuse_archived(flag)
+    if setting.enabled != enabled:
+        setting.enabled = enabled
+        await _save_setting(scope, flag, env, setting)
+        scope.audit(
+            "flag.toggle",
+            "flag",
+            key,
+            before={"enabled": not enabled},
+            after={"enabled": enabled},
+            environment=env.key,
+        )
+    return s.Toggled(
+        flag=flag.key, environment=env.key, enabled=setting.enabled, version=setting.version
+    )
+
+
+async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.Rules:
+    flag, env, setting = await _setting(scope, key, env_key)
+    _refuse_archived(flag)
+    before = s.Rules(
+        flag=flag.key, environment=env.key, rules=rules_out(setting.rules), version=setting.version
+    )
+    segment_keys = frozenset(
+        await scope.session.scalars(
+            select(Segment.key).where(Segment.project_id == scope.project_id)
+        )
+    )
+    problems = v.Problems()
+    canonical = v.rules(problems, body.rules, _idxs(flag), segment_keys, _new_rule_id)
+    problems.raise_if_any()
+    setting.rules = [_stored(r) for r in canonical]
+    await _check_with_engine(scope, flag, env, setting)
+    await _save_setting(scope, flag, env, setting)
+    after = s.Rules(
+        flag=flag.key, environment=env.key, rules=rules_out(setting.rules), version=setting.version
+    )
+    scope.audit("flag.rules.update", "flag", key, before=before, after=after, environment=env.key)
+    return after
+
+
+async def _save_setting(
+    scope: Scope, flag: Flag, env: Environment, setting: FlagSetting
+) -> s.EnvironmentSettings:
+    setting.version += 1
+    setting.updated_at = utcnow()
+    await scope.session.flush()
+    await scope.changed([env.id])
+    return settings_out(flag, env.key, setting)
+
+
+async def _check_with_engine(
+    scope: Scope, flag: Flag, env: Environment, setting: FlagSetting
+) -> None:
+    """Refuse what the evaluation engine could not compile (regexes, versions, dates, cycles)."""
+    from control_plane.publishing.compiler import flag_snapshot, segments_for
+    from shared.engine import CompileError, validate_flag
+
+    segments = await segments_for(scope.session, scope.project_id)
+    candidate = flag_snapshot(flag, setting)
+    try:
+        validate_flag(candidate, segments, {})
+    except CompileError as exc:
+        raise invalid(exc.path or "body", exc.message) from exc

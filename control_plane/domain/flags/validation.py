@@ -1,0 +1,342 @@
+"""Turn flag API input into the canonical wire forms of ``shared.wire.snapshot``, or say why not.
+
+Every check names the field it failed on, with the path a user would write
+(``rules[0].clauses[1].values``). Semantic checks that the engine also needs (regexes, semvers,
+dates, segment and prerequisite cycles) are the engine's: ``check_with_engine`` runs its compiler
+on the would-be flag, so the control plane never accepts what a relay could not evaluate.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from control_plane.domain.flags import schemas as s
+from control_plane.errors import FieldError, invalid_many
+from shared.wire import snapshot as w
+
+KEY_PATTERN = re.compile(r"^[a-z0-9_.\-]{1,128}$")
+KEY_RULE = "must be 1 to 128 characters of lowercase letters, digits, '_', '-' and '.'"
+MAX_NAME = 200
+MAX_VALUES_PER_CLAUSE = 10_000
+
+OPERATORS = frozenset(
+    {
+        "in",
+        "startsWith",
+        "endsWith",
+        "contains",
+        "matches",
+        "lessThan",
+        "lessThanOrEqual",
+        "greaterThan",
+        "greaterThanOrEqual",
+        "before",
+        "after",
+        "semVerEqual",
+        "semVerLessThan",
+        "semVerGreaterThan",
+        "segmentMatch",
+    }
+)
+_STRING_OPS = frozenset({"startsWith", "endsWith", "contains", "matches"})
+_NUMBER_OPS = frozenset({"lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual"})
+_SEMVER_OPS = frozenset({"semVerEqual", "semVerLessThan", "semVerGreaterThan"})
+_DATE_OPS = frozenset({"before", "after"})
+
+
+class Problems:
+    """Collects field errors; ``raise_if_any`` turns them into one 422."""
+
+    def __init__(self) -> None:
+        self.items: list[FieldError] = []
+
+    def add(self, field: str, message: str) -> None:
+        self.items.append(FieldError(field, message))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise invalid_many(self.items)
+
+
+def check_key(problems: Problems, field: str, key: str) -> None:
+    if not KEY_PATTERN.match(key):
+        problems.add(field, KEY_RULE)
+
+
+def check_name(problems: Problems, field: str, name: str) -> None:
+    if not name.strip():
+        problems.add(field, "must not be blank")
+    elif len(name) > MAX_NAME:
+        problems.add(field, f"must be at most {MAX_NAME} characters")
+
+
+def check_tags(problems: Problems, field: str, tags: Sequence[str]) -> None:
+    for i, tag in enumerate(tags):
+        if not tag.strip() or len(tag) > 64:
+            problems.add(f"{field}[{i}]", "a tag is 1 to 64 characters")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _type_ok(flag_type: str, value: Any) -> bool:
+    if flag_type == "boolean":
+        return isinstance(value, bool)
+    if flag_type == "string":
+        return isinstance(value, str)
+    if flag_type == "number":
+        return _is_number(value) and math.isfinite(value)
+    return True  # json: any JSON value
+
+
+_TYPE_WORDS = {"boolean": "a boolean", "string": "a string", "number": "a finite number"}
+
+
+def variations(
+    problems: Problems, flag_type: str, given: list[s.VariationIn] | None
+) -> list[w.Variation]:
+    """Validate and canonicalise a flag's variations (idx defaults to position)."""
+    if given is None:
+        if flag_type == "boolean":
+            return [w.Variation(0, True, "on"), w.Variation(1, False, "off")]
+        problems.add("variations", f"a {flag_type} flag needs 2 or more variations")
+        return []
+    if len(given) < 2:
+        problems.add("variations", "needs 2 or more items")
+    if flag_type == "boolean" and len(given) != 2:
+        problems.add("variations", "a boolean flag has exactly 2 variations, true and false")
+    with_idx = [v.idx is not None for v in given]
+    if any(with_idx) and not all(with_idx):
+        problems.add("variations", "give idx on every variation or on none")
+    out: list[w.Variation] = []
+    seen: set[int] = set()
+    for position, item in enumerate(given):
+        field = f"variations[{position}]"
+        idx = position if item.idx is None else item.idx
+        if idx < 0:
+            problems.add(f"{field}.idx", "must be 0 or more")
+        elif idx in seen:
+            problems.add(f"{field}.idx", f"idx {idx} is used twice")
+        seen.add(idx)
+        if not _type_ok(flag_type, item.value):
+            problems.add(
+                f"{field}.value", f"must be {_TYPE_WORDS[flag_type]} for a {flag_type} flag"
+            )
+        name = item.name if item.name is not None else _default_name(flag_type, item.value, idx)
+        if len(name) > MAX_NAME:
+            problems.add(f"{field}.name", f"must be at most {MAX_NAME} characters")
+        out.append(w.Variation(idx, item.value, name))
+    if flag_type == "boolean" and len(given) == 2 and {v.value for v in out} != {True, False}:
+        problems.add("variations", "a boolean flag's variations are true and false")
+    return out
+
+
+def _default_name(flag_type: str, value: Any, idx: int) -> str:
+    if flag_type == "boolean":
+        return "on" if value else "off"
+    if flag_type in {"string", "number"}:
+        return str(value)
+    return f"variation {idx}"
+
+
+def default_serving(flag_type: str, vs: Sequence[w.Variation]) -> tuple[int, int]:
+    """(fallthrough idx, off idx) for a new flag: true/false for booleans, first/last otherwise."""
+    if flag_type == "boolean":
+        on = next(v.idx for v in vs if v.value is True)
+        off = next(v.idx for v in vs if v.value is False)
+        return on, off
+    return vs[0].idx, vs[-1].idx
+
+
+def _weight_units(problems: Problems, field: str, weight: float) -> int:
+    if not math.isfinite(weight) or weight < 0 or weight > 100:
+        problems.add(field, "must be a percentage from 0 to 100")
+        return 0
+    units = round(weight * 1000)
+    if abs(units - weight * 1000) > 1e-6:
+        problems.add(field, "has more than 3 decimals")
+    return units
+
+
+def serve(problems: Problems, field: str, given: s.ServeIn, idxs: frozenset[int]) -> w.Serve:
+    """``{variation}`` or ``{rollout}``, exactly one; rollout weights are percent summing to 100."""
+    if (given.variation is None) == (given.rollout is None):
+        problems.add(field, "give exactly one of variation (fixed) or rollout (percentages)")
+        return w.Serve(variation=next(iter(sorted(idxs)), 0))
+    if given.variation is not None:
+        if given.variation not in idxs:
+            problems.add(f"{field}.variation", f"no variation has idx {given.variation}")
+        if given.bucket_by is not None:
+            problems.add(f"{field}.bucketBy", "only a rollout is bucketed")
+        return w.Serve(variation=given.variation)
+    assert given.rollout is not None
+    return w.Serve(
+        rollout=tuple(rollout(problems, f"{field}.rollout", given.rollout, idxs)),
+        bucket_by=given.bucket_by or None,
+    )
+
+
+def rollout(
+    problems: Problems, field: str, items: Sequence[s.WeightIn], idxs: frozenset[int]
+) -> list[w.WeightedVariation]:
+    if not items:
+        problems.add(field, "needs at least one item")
+        return []
+    out = []
+    seen: set[int] = set()
+    for i, item in enumerate(items):
+        if item.idx not in idxs:
+            problems.add(f"{field}[{i}].idx", f"no variation has idx {item.idx}")
+        elif item.idx in seen:
+            problems.add(f"{field}[{i}].idx", f"idx {item.idx} appears twice")
+        seen.add(item.idx)
+        out.append(
+            w.WeightedVariation(
+                item.idx, _weight_units(problems, f"{field}[{i}].weight", item.weight)
+            )
+        )
+    total = sum(item.weight for item in out)
+    if total != w.WEIGHT_SCALE:
+        problems.add(field, f"weights must sum to 100 (they sum to {total / 1000:g})")
+    return out
+
+
+def clause(
+    problems: Problems, field: str, given: s.ClauseIn, segment_keys: frozenset[str]
+) -> w.Clause:
+    op = given.op or ("segmentMatch" if given.segment is not None else "in")
+    if op not in OPERATORS:
+        problems.add(
+            f"{field}.op", f"unknown operator {op!r}; one of: {', '.join(sorted(OPERATORS))}"
+        )
+        return w.Clause(op=op)
+    if op == "segmentMatch":
+        return _segment_clause(problems, field, given, segment_keys)
+    if given.segment is not None:
+        problems.add(f"{field}.segment", "only a segmentMatch clause names a segment")
+    if not given.attribute:
+        problems.add(f"{field}.attribute", "is required for this operator")
+    values = given.values or []
+    if not values:
+        problems.add(f"{field}.values", "needs at least one value")
+    if len(values) > MAX_VALUES_PER_CLAUSE:
+        problems.add(f"{field}.values", f"at most {MAX_VALUES_PER_CLAUSE} values")
+    for i, value in enumerate(values):
+        if not _value_ok(op, value):
+            problems.add(f"{field}.values[{i}]", _VALUE_RULES[_op_family(op)])
+    return w.Clause(op=op, attribute=given.attribute, values=tuple(values), negate=given.negate)
+
+
+def _segment_clause(
+    problems: Problems, field: str, given: s.ClauseIn, segment_keys: frozenset[str]
+) -> w.Clause:
+    if given.attribute is not None:
+        problems.add(f"{field}.attribute", "a segmentMatch clause has no attribute")
+    keys: list[Any] = []
+    if given.segment is not None:
+        keys.append(given.segment)
+    keys.extend(given.values or [])
+    if not keys:
+        problems.add(f"{field}.segment", "name the segment")
+    for i, key in enumerate(keys):
+        where = (
+            f"{field}.segment" if given.segment is not None and i == 0 else f"{field}.values[{i}]"
+        )
+        if not isinstance(key, str):
+            problems.add(where, "a segment key is a string")
+        elif key not in segment_keys:
+            problems.add(where, f"unknown segment {key!r}")
+    return w.Clause(op="segmentMatch", values=tuple(keys), negate=given.negate)
+
+
+def _op_family(op: str) -> str:
+    if op in _STRING_OPS:
+        return "string"
+    if op in _NUMBER_OPS:
+        return "number"
+    if op in _SEMVER_OPS:
+        return "semver"
+    if op in _DATE_OPS:
+        return "date"
+    return "any"
+
+
+_VALUE_RULES = {
+    "string": "this operator compares strings: give a string",
+    "number": "this operator compares numbers: give a number",
+    "semver": "this operator compares versions: give a semantic version string such as '2.1.0'",
+    "date": "this operator compares dates: give an RFC 3339 string or epoch milliseconds",
+    "any": "give a string, number or boolean",
+}
+
+
+def _value_ok(op: str, value: Any) -> bool:
+    family = _op_family(op)
+    if family in {"string", "semver"}:
+        return isinstance(value, str)
+    if family == "number":
+        return _is_number(value)
+    if family == "date":
+        return isinstance(value, str) or _is_number(value)
+    return isinstance(value, str | int | float | bool)
+
+
+def rules(
+    problems: Problems,
+    given: Sequence[s.RuleIn],
+    idxs: frozenset[int],
+    segment_keys: frozenset[str],
+    new_rule_id: Any,
+) -> list[w.Rule]:
+    out: list[w.Rule] = []
+    seen_ids: set[str] = set()
+    for i, rule in enumerate(given):
+        field = f"rules[{i}]"
+        if not rule.clauses:
+            problems.add(f"{field}.clauses", "a rule needs at least one clause")
+        clauses = tuple(
+            clause(problems, f"{field}.clauses[{j}]", c, segment_keys)
+            for j, c in enumerate(rule.clauses)
+        )
+        direct = rule.variation is not None or rule.rollout is not None
+        if rule.serve is not None and direct:
+            problems.add(
+                field, "give variation/rollout either at rule level or inside serve, not both"
+            )
+        if rule.serve is not None:
+            served = serve(problems, f"{field}.serve", rule.serve, idxs)
+        else:
+            served = serve(
+                problems, field, s.ServeIn(variation=rule.variation, rollout=rule.rollout), idxs
+            )
+        rule_id = rule.id or new_rule_id()
+        if rule_id in seen_ids:
+            problems.add(f"{field}.id", f"rule id {rule_id!r} is used twice")
+        seen_ids.add(rule_id)
+        out.append(w.Rule(id=rule_id, clauses=clauses, serve=served, description=rule.description))
+    return out
+
+
+def targets(
+    problems: Problems, given: Iterable[s.TargetIn], idxs: frozenset[int]
+) -> list[w.Target]:
+    out = []
+    owner: dict[str, int] = {}
+    for i, target in enumerate(given):
+        field = f"targets[{i}]"
+        if target.variation not in idxs:
+            problems.add(f"{field}.variation", f"no variation has idx {target.variation}")
+        for j, key in enumerate(target.values):
+            if not key:
+                problems.add(f"{field}.values[{j}]", "a context key is not empty")
+            elif key in owner and owner[key] != i:
+                problems.add(
+                    f"{field}.values[{j}]", f"{key!r} is already targeted by targets[{owner[key]}]"
+                )
+            owner.setdefault(key, i)
+        out.append(w.Target(variation=target.variation, values=tuple(dict.fromkeys(target.values))))
+    return out

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from control_plane.domain.schemas import ApiIn, ApiOut
+
+KindName = Literal["management", "server", "relay", "public"]
+
+
+class KeyCreate(ApiIn):
+    kind: KindName
+    name: str = ""
+    environment: str | None = None
+    origins: list[str] = msgspec.field(default_factory=list)
+
+
+class Key(ApiOut):
+    id: str
+    kind: str
+    name: str
+    hint: str
+    environment: str | None
+    origins: list[str]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class CreatedKey(Key):
+    key: str  # the token, shown this once
+
+
+class KeyList(ApiOut):
+    keys: list[Key]
+    count: int

@@ -1,0 +1,105 @@
+"""API keys: issued (token shown once), listed (never the secret), revoked (at once)."""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import select
+
+from control_plane.auth import KeyKind, new_api_key
+from control_plane.db.models import ApiKey, Environment
+from control_plane.db.types import utcnow
+from control_plane.domain.common import Scope
+from control_plane.domain.flags.validation import Problems
+from control_plane.domain.keys import schemas as s
+from control_plane.errors import conflict, not_found
+
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$")
+
+
+def key_out(row: ApiKey, env_key: str | None) -> s.Key:
+    return s.Key(
+        id=row.id,
+        kind=row.kind,
+        name=row.name,
+        hint=row.hint,
+        environment=env_key,
+        origins=list(row.origins),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
+    kind = KeyKind(body.kind)
+    problems = Problems()
+    env = None
+    if body.environment is not None:
+        env = await scope.session.scalar(
+            select(Environment).where(
+                Environment.project_id == scope.project_id, Environment.key == body.environment
+            )
+        )
+        if env is None:
+            problems.add("environment", f"unknown environment {body.environment!r}")
+        elif kind in {KeyKind.MANAGEMENT, KeyKind.SERVER}:
+            problems.add("environment", f"a {kind.value} key is not bound to an environment")
+    elif kind is KeyKind.PUBLIC:
+        problems.add("environment", "a public key is bound to one environment: name it")
+    if body.origins and kind is not KeyKind.PUBLIC:
+        problems.add("origins", "only public keys (browsers) have allowed origins")
+    for i, origin in enumerate(body.origins):
+        if origin != "*" and not _ORIGIN.match(origin):
+            problems.add(
+                f"origins[{i}]",
+                "an origin is '*' or scheme://host[:port], e.g. https://shop.example",
+            )
+    if len(body.name) > 200:
+        problems.add("name", "must be at most 200 characters")
+    problems.raise_if_any()
+    row, token = new_api_key(
+        scope.project_id,
+        kind,
+        environment_id=env.id if env else None,
+        name=body.name,
+        origins=body.origins,
+    )
+    row.created_at = utcnow()
+    scope.session.add(row)
+    await scope.session.flush()
+    out = key_out(row, env.key if env else None)
+    scope.audit("key.create", "key", row.id, after=out)
+    return s.CreatedKey(**{f: getattr(out, f) for f in out.__struct_fields__}, key=token)
+
+
+async def list_keys(scope: Scope, *, include_revoked: bool) -> list[s.Key]:
+    query = (
+        select(ApiKey, Environment.key)
+        .outerjoin(Environment, Environment.id == ApiKey.environment_id)
+        .where(ApiKey.project_id == scope.project_id)
+        .order_by(ApiKey.id)
+    )
+    if not include_revoked:
+        query = query.where(ApiKey.revoked_at.is_(None))
+    return [key_out(row, env_key) for row, env_key in (await scope.session.execute(query))]
+
+
+async def revoke_key(scope: Scope, key_id: str) -> s.Key:
+    row = await scope.session.scalar(
+        select(ApiKey).where(ApiKey.project_id == scope.project_id, ApiKey.id == key_id)
+    )
+    if row is None:
+        raise not_found("key", key_id)
+    if row.revoked_at is not None:
+        raise conflict(f"key {key_id!r} is already revoked")
+    env_key = None
+    if row.environment_id:
+        env_key = await scope.session.scalar(
+            select(Environment.key).where(Environment.id == row.environment_id)
+        )
+    before = key_out(row, env_key)
+    row.revoked_at = utcnow()
+    await scope.session.flush()
+    after = key_out(row, env_key)
+    scope.audit("key.revoke", "key", row.id, before=before, after=after)
+    return after

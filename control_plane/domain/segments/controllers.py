@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, delete, get, patch, post
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+
+from control_plane.auth import KeyKind, requires
+from control_plane.deps import Ctx
+from control_plane.domain.flags import schemas as flag_schemas
+from control_plane.domain.flags.services import audit_of
+from control_plane.domain.segments import schemas as s
+from control_plane.domain.segments import services
+from control_plane.errors import StrictBody
+
+
+class SegmentController(Controller):
+    path = "/segments"
+    tags = ["segments"]
+    guards = [requires(KeyKind.MANAGEMENT)]
+
+    @get("/", summary="List segments")
+    async def list_segments(self, ctx: Ctx) -> s.SegmentList:
+        segments = await services.list_segments(ctx)
+        return s.SegmentList(segments=segments, count=len(segments))
+
+    @post("/", dto=StrictBody[s.SegmentCreate], return_dto=None, summary="Create a segment")
+    async def create_segment(self, ctx: Ctx, data: JSONBody[s.SegmentCreate]) -> s.Segment:
+        return await services.create_segment(ctx, data)
+
+    @get("/{key:str}", summary="Get a segment")
+    async def get_segment(self, ctx: Ctx, key: FromPath[str]) -> s.Segment:
+        return await services.get_segment(ctx, key)
+
+    @patch(
+        "/{key:str}", dto=StrictBody[s.SegmentPatch], return_dto=None, summary="Update a segment"
+    )
+    async def patch_segment(
+        self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.SegmentPatch]
+    ) -> s.Segment:
+        return await services.patch_segment(ctx, key, data)
+
+    @delete("/{key:str}", status_code=200, summary="Delete a segment no rule uses")
+    async def delete_segment(self, ctx: Ctx, key: FromPath[str]) -> s.Deleted:
+        return await services.delete_segment(ctx, key)
+
+    @get("/{key:str}/audit", summary="Change history of a segment, newest first")
+    async def audit(
+        self,
+        ctx: Ctx,
+        key: FromPath[str],
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        cursor: FromQuery[str | None] = None,
+    ) -> flag_schemas.AuditList:
+        return await audit_of(ctx, "segment", key, limit=limit, cursor=cursor)

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from control_plane.domain.flags.schemas import Clause, ClauseIn
+from control_plane.domain.schemas import ApiIn, ApiOut
+
+
+class SegmentRuleIn(ApiIn):
+    clauses: list[ClauseIn]
+    id: str | None = None
+    weight: float | None = None  # percent of matching contexts that are in
+    bucket_by: str | None = None
+
+
+class SegmentCreate(ApiIn):
+    key: str
+    name: str | None = None
+    description: str = ""
+    included: list[str] = msgspec.field(default_factory=list)
+    excluded: list[str] = msgspec.field(default_factory=list)
+    rules: list[SegmentRuleIn] = msgspec.field(default_factory=list)
+
+
+class SegmentPatch(ApiIn):
+    name: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    included: list[str] | UnsetType = UNSET
+    excluded: list[str] | UnsetType = UNSET
+    rules: list[SegmentRuleIn] | UnsetType = UNSET
+
+
+class SegmentRule(ApiOut):
+    id: str
+    clauses: list[Clause]
+    weight: float | int | None = None
+    bucket_by: str | None = None
+
+
+class Segment(ApiOut):
+    id: str
+    key: str
+    name: str
+    description: str
+    included: list[str]
+    excluded: list[str]
+    rules: list[SegmentRule]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class SegmentList(ApiOut):
+    segments: list[Segment]
+    count: int
+
+
+class Deleted(ApiOut):
+    key: str
+    deleted: bool

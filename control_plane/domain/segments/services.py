@@ -1,0 +1,268 @@
+"""Segments: reusable groups of contexts; a change republishes every environment that uses one."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+
+import msgspec
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from control_plane.db.ids import new_id
+from control_plane.db.models import Flag, FlagSetting, Segment
+from control_plane.db.types import utcnow
+from control_plane.domain.common import Scope
+from control_plane.domain.flags import validation as v
+from control_plane.domain.flags.services import clause_out
+from control_plane.domain.segments import schemas as s
+from control_plane.errors import conflict, invalid, not_found
+from control_plane.publishing.compiler import segment_snapshot
+from shared.wire import snapshot as w
+
+MAX_MEMBERS = 100_000
+
+
+def _percent(units: int | None) -> float | int | None:
+    if units is None:
+        return None
+    return units // 1000 if units % 1000 == 0 else units / 1000
+
+
+def segment_out(row: Segment) -> s.Segment:
+    rules = [msgspec.convert(x, w.SegmentRule) for x in row.rules]
+    return s.Segment(
+        id=row.id,
+        key=row.key,
+        name=row.name,
+        description=row.description,
+        included=list(row.included),
+        excluded=list(row.excluded),
+        rules=[
+            s.SegmentRule(
+                id=r.id,
+                clauses=[clause_out(c) for c in r.clauses],
+                weight=_percent(r.weight),
+                bucket_by=r.bucket_by,
+            )
+            for r in rules
+        ],
+        version=row.version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _members(problems: v.Problems, field: str, keys: Sequence[str]) -> list[str]:
+    if len(keys) > MAX_MEMBERS:
+        problems.add(field, f"at most {MAX_MEMBERS} keys")
+    for i, key in enumerate(keys):
+        if not key:
+            problems.add(f"{field}[{i}]", "a context key is not empty")
+    return list(dict.fromkeys(keys))
+
+
+def _rules(
+    problems: v.Problems, given: Sequence[s.SegmentRuleIn], segment_keys: frozenset[str]
+) -> list[w.SegmentRule]:
+    out = []
+    for i, rule in enumerate(given):
+        field = f"rules[{i}]"
+        if not rule.clauses:
+            problems.add(f"{field}.clauses", "a rule needs at least one clause")
+        clauses = tuple(
+            v.clause(problems, f"{field}.clauses[{j}]", c, segment_keys)
+            for j, c in enumerate(rule.clauses)
+        )
+        weight = None
+        if rule.weight is not None:
+            if not 0 <= rule.weight <= 100:
+                problems.add(f"{field}.weight", "must be a percentage from 0 to 100")
+            weight = round(rule.weight * 1000)
+        out.append(
+            w.SegmentRule(
+                id=rule.id or "rule_" + secrets.token_hex(4),
+                clauses=clauses,
+                weight=weight,
+                bucket_by=rule.bucket_by,
+            )
+        )
+    return out
+
+
+async def _row(scope: Scope, key: str) -> Segment:
+    row = await scope.session.scalar(
+        select(Segment).where(Segment.project_id == scope.project_id, Segment.key == key)
+    )
+    if row is None:
+        raise not_found("segment", key)
+    return row
+
+
+async def _all(scope: Scope) -> list[Segment]:
+    return list(
+        await scope.session.scalars(
+            select(Segment).where(Segment.project_id == scope.project_id).order_by(Segment.key)
+        )
+    )
+
+
+async def list_segments(scope: Scope) -> list[s.Segment]:
+    return [segment_out(r) for r in await _all(scope)]
+
+
+async def get_segment(scope: Scope, key: str) -> s.Segment:
+    return segment_out(await _row(scope, key))
+
+
+def _nested(rules: Iterable[dict[str, object]] | Iterable[w.SegmentRule]) -> set[str]:
+    found: set[str] = set()
+    for rule in rules:
+        parsed = rule if isinstance(rule, w.SegmentRule) else msgspec.convert(rule, w.SegmentRule)
+        for clause in parsed.clauses:
+            if clause.op == "segmentMatch":
+                found.update(str(x) for x in clause.values)
+    return found
+
+
+def _check_cycle(key: str, rules: list[w.SegmentRule], others: list[Segment]) -> None:
+    graph = {row.key: _nested(row.rules) for row in others}
+    graph[key] = _nested(rules)
+    stack = [(key, [key])]
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph.get(node, set()):
+            if nxt == key:
+                raise invalid(
+                    "rules",
+                    "segments would refer to each other in a cycle: " + " -> ".join([*path, nxt]),
+                )
+            if nxt not in path:
+                stack.append((nxt, [*path, nxt]))
+
+
+async def _users(scope: Scope, key: str) -> tuple[list[str], set[str]]:
+    """Flags (as 'flag (env)') and environment ids that use segment ``key``, directly or nested."""
+    segments = await _all(scope)
+    graph = {row.key: _nested(row.rules) for row in segments}
+    rows = await scope.session.execute(
+        select(Flag.key, Flag.archived, FlagSetting.environment_id, FlagSetting.rules)
+        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+        .where(Flag.project_id == scope.project_id)
+    )
+    flags: list[str] = []
+    environments: set[str] = set()
+    for flag_key, archived, env_id, rules in rows:
+        direct = {
+            str(value)
+            for rule in rules
+            for clause in rule.get("clauses", [])
+            if clause.get("op") == "segmentMatch"
+            for value in clause.get("values", [])
+        }
+        reach, pending = set(), list(direct)
+        while pending:
+            item = pending.pop()
+            if item not in reach:
+                reach.add(item)
+                pending.extend(graph.get(item, ()))
+        if key in reach:
+            flags.append(flag_key)
+            if not archived:
+                environments.add(env_id)
+    return sorted(set(flags)), environments
+
+
+async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
+    problems = v.Problems()
+    v.check_key(problems, "key", body.key)
+    name = body.name if body.name is not None else body.key
+    v.check_name(problems, "name", name)
+    included = _members(problems, "included", body.included)
+    excluded = _members(problems, "excluded", body.excluded)
+    others = await _all(scope)
+    rules = _rules(problems, body.rules, frozenset(r.key for r in others))
+    problems.raise_if_any()
+    _check_cycle(body.key, rules, others)
+    now = utcnow()
+    row = Segment(
+        id=new_id("seg"),
+        project_id=scope.project_id,
+        key=body.key,
+        name=name,
+        description=body.description,
+        included=included,
+        excluded=excluded,
+        rules=[msgspec.to_builtins(r) for r in rules],
+        version=1,
+        created_at=now,
+        updated_at=now,
+    )
+    scope.session.add(row)
+    try:
+        await scope.session.flush()
+    except IntegrityError as exc:
+        raise conflict(f"a segment with key {body.key!r} already exists") from exc
+    out = segment_out(row)
+    scope.audit("segment.create", "segment", row.key, after=out)
+    return out
+
+
+async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segment:
+    row = await _row(scope, key)
+    before = segment_out(row)
+    problems = v.Problems()
+    if body.name is not msgspec.UNSET:
+        v.check_name(problems, "name", body.name)
+    included = (
+        _members(problems, "included", body.included)
+        if body.included is not msgspec.UNSET
+        else None
+    )
+    excluded = (
+        _members(problems, "excluded", body.excluded)
+        if body.excluded is not msgspec.UNSET
+        else None
+    )
+    others = [r for r in await _all(scope) if r.key != key]
+    rules = (
+        _rules(problems, body.rules, frozenset(r.key for r in others))
+        if body.rules is not msgspec.UNSET
+        else None
+    )
+    problems.raise_if_any()
+    if rules is not None:
+        _check_cycle(key, rules, others)
+        row.rules = [msgspec.to_builtins(r) for r in rules]
+    if body.name is not msgspec.UNSET:
+        row.name = body.name
+    if body.description is not msgspec.UNSET:
+        row.description = body.description
+    if included is not None:
+        row.included = included
+    if excluded is not None:
+        row.excluded = excluded
+    row.version += 1
+    row.updated_at = utcnow()
+    segment_snapshot(row)  # the stored form must read back as the wire form
+    await scope.session.flush()
+    _, environments = await _users(scope, key)
+    await scope.changed(environments)
+    out = segment_out(row)
+    scope.audit("segment.update", "segment", key, before=before, after=out)
+    return out
+
+
+async def delete_segment(scope: Scope, key: str) -> s.Deleted:
+    row = await _row(scope, key)
+    flags, _ = await _users(scope, key)
+    if flags:
+        raise conflict(f"segment {key!r} is used by the rules of flag(s) {', '.join(flags)}")
+    users = sorted(r.key for r in await _all(scope) if key in _nested(r.rules) and r.key != key)
+    if users:
+        raise conflict(f"segment {key!r} is used by segment(s) {', '.join(users)}")
+    before = segment_out(row)
+    await scope.session.delete(row)
+    await scope.session.flush()
+    scope.audit("segment.delete", "segment", key, before=before)
+    return s.Deleted(key=key, deleted=True)

@@ -1,0 +1,198 @@
+"""One JSON error shape everywhere: ``{"error": {"code", "message", "details"}}``.
+
+Request bodies are decoded strictly (no type coercion, unknown fields refused) by ``StrictBody``;
+msgspec's messages are turned into details that name the field, e.g. ``rules[0].clauses[1].op``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.dto import MsgspecDTO
+from litestar.exceptions import (
+    HTTPException,
+    MethodNotAllowedException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ValidationException,
+)
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.openapi.spec import Reference, Schema
+from litestar.typing import FieldDefinition
+
+logger = logging.getLogger("vane.errors")
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "validation_error",
+    429: "rate_limited",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+class FieldError(msgspec.Struct):
+    field: str
+    message: str
+
+
+class ApiError(Exception):
+    """An error a client should see, with the status, a stable code and field details."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        details: list[FieldError] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code or _STATUS_CODES.get(status, "error")
+        self.message = message
+        self.details = details or []
+        self.headers = headers or {}
+
+
+def not_found(what: str, key: str) -> ApiError:
+    return ApiError(404, f"{what} {key!r} not found")
+
+
+def conflict(message: str) -> ApiError:
+    return ApiError(409, message)
+
+
+def invalid(field: str, message: str) -> ApiError:
+    return ApiError(422, f"{field}: {message}", details=[FieldError(field, message)])
+
+
+def invalid_many(details: list[FieldError]) -> ApiError:
+    first = details[0]
+    more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
+    return ApiError(422, f"{first.field}: {first.message}{more}", details=details)
+
+
+_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_NAMED_FIELD = re.compile(r"(?:missing required field|contains unknown field) `(?P<name>[^`]+)`")
+
+
+def _field_from_msgspec(error: msgspec.ValidationError) -> FieldError:
+    match = _AT.match(str(error))
+    message = match.group("message") if match else str(error)
+    path = (match.group("path") or "") if match else ""
+    path = path.lstrip(".")
+    named = _NAMED_FIELD.search(message)
+    if named:
+        path = f"{path}.{named.group('name')}" if path else named.group("name")
+    return FieldError(field=path or "body", message=message)
+
+
+def decode_json_body(raw: bytes, model: type[Any]) -> Any:
+    """Decode ``raw`` into ``model`` strictly; malformed JSON is 400, a wrong shape 422."""
+    if not raw.strip():
+        raw = b"{}"
+    try:
+        return msgspec.json.decode(raw, type=model, strict=True)
+    except msgspec.ValidationError as exc:
+        raise invalid_many([_field_from_msgspec(exc)]) from exc
+    except msgspec.DecodeError as exc:
+        raise ApiError(
+            400, f"request body is not valid JSON: {exc}", code="malformed_json"
+        ) from exc
+
+
+class StrictBody(MsgspecDTO[Any]):
+    """A request-body DTO that decodes strictly; use as ``dto=StrictBody[Model]``.
+
+    Litestar's own decoding coerces types (``"5"`` becomes ``5``); flags are typed values, so
+    Vane refuses instead. The OpenAPI schema is the model's own (camelCase) component.
+    """
+
+    def decode_bytes(self, value: bytes) -> Any:
+        return decode_json_body(value, self.model_type)
+
+    @classmethod
+    def create_openapi_schema(
+        cls, field_definition: FieldDefinition, handler_id: str, schema_creator: Any
+    ) -> Reference | Schema:
+        schema: Reference | Schema = schema_creator.for_field_definition(
+            FieldDefinition.from_annotation(cls.model_type)
+        )
+        return schema
+
+
+def _body(status: int, code: str, message: str, details: list[FieldError]) -> dict[str, Any]:
+    return {
+        "error": {
+            "code": code,
+            "message": message,
+            "details": [{"field": d.field, "message": d.message} for d in details],
+        }
+    }
+
+
+def api_error_handler(_: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
+    return Response(
+        _body(exc.status, exc.code, exc.message, exc.details),
+        status_code=exc.status,
+        media_type=MediaType.JSON,
+        headers=exc.headers,
+    )
+
+
+def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    details: list[FieldError] = []
+    message = exc.detail
+    if isinstance(exc, ValidationException):
+        # Litestar's own parameter validation (query and path parameters).
+        for item in exc.extra if isinstance(exc.extra, list) else []:
+            if isinstance(item, dict):
+                details.append(FieldError(str(item.get("key", "")), str(item.get("message", ""))))
+        status = 422 if details else 400
+        message = details[0].message if details else message
+    elif isinstance(exc, RequestEntityTooLarge):
+        message = "request body is larger than the limit of 1 MiB"
+    elif isinstance(exc, NotFoundException) and exc.detail == "Not Found":
+        message = f"no such endpoint: {request.method} {request.url.path}"
+    elif isinstance(exc, MethodNotAllowedException):
+        message = f"{request.method} is not allowed on {request.url.path}"
+    elif isinstance(exc, NotAuthorizedException | PermissionDeniedException):
+        pass
+    code = _STATUS_CODES.get(status, "error")
+    headers = dict(exc.headers or {})
+    return Response(
+        _body(status, code, message, details),
+        status_code=status,
+        media_type=MediaType.JSON,
+        headers=headers,
+    )
+
+
+def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return Response(
+        _body(500, "internal_error", "internal error", []),
+        status_code=500,
+        media_type=MediaType.JSON,
+    )
+
+
+EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
+    ApiError: api_error_handler,
+    HTTPException: http_exception_handler,
+    Exception: internal_error_handler,
+}

@@ -1,0 +1,107 @@
+"""Database rows to the per-environment snapshot that relays evaluate (``shared.wire.snapshot``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from control_plane.db.models import Environment, Flag, FlagSetting, Project, Segment
+from shared.wire import snapshot as w
+
+
+def flag_snapshot(flag: Flag, setting: FlagSetting) -> w.FlagSnapshot:
+    return w.FlagSnapshot(
+        key=flag.key,
+        version=setting.version,
+        type=flag.type,
+        variations=tuple(msgspec.convert(x, w.Variation) for x in flag.variations),
+        enabled=setting.enabled,
+        off_variation=setting.off_variation,
+        fallthrough=msgspec.convert(setting.fallthrough, w.Serve),
+        rules=tuple(msgspec.convert(x, w.Rule) for x in setting.rules),
+        targets=tuple(msgspec.convert(x, w.Target) for x in setting.targets),
+        prerequisites=tuple(msgspec.convert(x, w.Prerequisite) for x in setting.prerequisites),
+        bucket_by=flag.bucket_by,
+        client_side=flag.client_side,
+    )
+
+
+def segment_snapshot(segment: Segment) -> w.SegmentSnapshot:
+    return w.SegmentSnapshot(
+        key=segment.key,
+        version=segment.version,
+        included=tuple(segment.included),
+        excluded=tuple(segment.excluded),
+        rules=tuple(msgspec.convert(x, w.SegmentRule) for x in segment.rules),
+    )
+
+
+async def segments_for(session: AsyncSession, project_id: str) -> dict[str, w.SegmentSnapshot]:
+    rows = await session.scalars(select(Segment).where(Segment.project_id == project_id))
+    return {row.key: segment_snapshot(row) for row in rows}
+
+
+def referenced_segments(
+    flags: dict[str, w.FlagSnapshot], segments: dict[str, w.SegmentSnapshot]
+) -> set[str]:
+    """Keys of segments the flags use, directly or through other segments."""
+    pending = [
+        key
+        for flag in flags.values()
+        for rule in flag.rules
+        for clause in rule.clauses
+        if clause.op == "segmentMatch"
+        for key in clause.values
+    ]
+    found: set[str] = set()
+    while pending:
+        key = pending.pop()
+        if key in found or key not in segments:
+            continue
+        found.add(key)
+        pending.extend(
+            nested
+            for rule in segments[key].rules
+            for clause in rule.clauses
+            if clause.op == "segmentMatch"
+            for nested in clause.values
+        )
+    return found
+
+
+async def compile_environment(
+    session: AsyncSession, environment: Environment, *, now_ms: int | None = None
+) -> w.Snapshot:
+    """The environment's snapshot: every live flag and the segments they use."""
+    project_key = await session.scalar(
+        select(Project.key).where(Project.id == environment.project_id)
+    )
+    rows = await session.execute(
+        select(Flag, FlagSetting)
+        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+        .where(
+            Flag.project_id == environment.project_id,
+            Flag.archived.is_(False),
+            FlagSetting.environment_id == environment.id,
+        )
+        .order_by(Flag.key)
+    )
+    flags = {flag.key: flag_snapshot(flag, setting) for flag, setting in rows}
+    all_segments = await segments_for(session, environment.project_id)
+    used = referenced_segments(flags, all_segments)
+    return w.Snapshot(
+        project=project_key or environment.project_id,
+        environment=environment.key,
+        version=environment.snapshot_version,
+        flags=flags,
+        segments={key: all_segments[key] for key in sorted(used)},
+        generated_at=now_ms if now_ms is not None else time.time_ns() // 1_000_000,
+    )
+
+
+def snapshot_json(snapshot: w.Snapshot) -> dict[str, Any]:
+    return msgspec.to_builtins(snapshot)  # type: ignore[no-any-return]

@@ -1,0 +1,146 @@
+"""Fixtures shared by every test: real databases, a real app over HTTP, services that must exist.
+
+A missing PostgreSQL or Redis skips the tests that need it locally and fails them under CI=true.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from control_plane.app import create_app
+from control_plane.bootstrap import IssuedKey
+from control_plane.db import migrate
+from control_plane.settings import Settings
+
+POSTGRES_URL = os.environ.get("VANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("VANE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+REPO = Path(__file__).resolve().parents[1]
+
+
+def unavailable(what: str) -> None:
+    """Skip locally, fail under CI: a missing service must never pass silently there."""
+    if IN_CI:
+        pytest.fail(f"{what} is required under CI=true", pytrace=False)
+    pytest.skip(f"{what} is not available")
+
+
+class PostgresDatabases:
+    """Fresh databases cloned from one migrated template (CREATE DATABASE … TEMPLATE …)."""
+
+    def __init__(self, admin_url: str) -> None:
+        import psycopg
+
+        self.admin_url = admin_url
+        self._connect = lambda: psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+        self.prefix = f"vane_t{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self.template = f"{self.prefix}_tpl"
+        self._counter = itertools.count()
+        self._created: list[str] = []
+        with self._connect() as conn:
+            conn.execute(f'CREATE DATABASE "{self.template}"')
+        self._created.append(self.template)
+        migrate.upgrade(self.url_of(self.template))
+
+    def url_of(self, name: str) -> str:
+        base, _, _ = self.admin_url.rpartition("/")
+        return f"{base}/{name}"
+
+    def new(self) -> str:
+        name = f"{self.prefix}_{next(self._counter)}"
+        with self._connect() as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        self._created.append(name)
+        return self.url_of(name)
+
+    def drop(self, url: str) -> None:
+        name = url.rpartition("/")[2]
+        with self._connect() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._created.remove(name)
+
+    def close(self) -> None:
+        with self._connect() as conn:
+            for name in reversed(self._created):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_databases() -> Iterator[PostgresDatabases | None]:
+    try:
+        databases = PostgresDatabases(POSTGRES_URL)
+    except Exception:  # noqa: BLE001 - any failure to reach the server means "not available"
+        yield None
+        return
+    yield databases
+    databases.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_databases: PostgresDatabases | None
+) -> Iterator[str]:
+    """A new, empty, migrated database: a SQLite file, or a PostgreSQL database of its own."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'vane.db'}"
+        return
+    if postgres_databases is None:
+        unavailable(f"PostgreSQL at {POSTGRES_URL}")
+    assert postgres_databases is not None
+    url = postgres_databases.new()
+    yield url
+    postgres_databases.drop(url)
+
+
+@dataclass
+class Api:
+    """An HTTP client for the control plane holding the first keys of each kind."""
+
+    client: TestClient[Any]
+    keys: dict[str, str]
+    database_url: str
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = self.keys["management"]
+
+    def headers(self, key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def request(self, method: str, path: str, *, key: str | None = "", **kwargs: Any) -> Any:
+        use = self.key if key == "" else key
+        headers = {**self.headers(use), **kwargs.pop("headers", {})}
+        return self.client.request(method, "/api/v1" + path, headers=headers, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, json: Any = None, **kwargs: Any) -> Any:
+        return self.request("POST", path, json=json, **kwargs)
+
+    def put(self, path: str, json: Any = None, **kwargs: Any) -> Any:
+        return self.request("PUT", path, json=json, **kwargs)
+
+    def patch(self, path: str, json: Any = None, **kwargs: Any) -> Any:
+        return self.request("PATCH", path, json=json, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        return self.request("DELETE", path, **kwargs)
+
+
+@pytest.fixture
+def api(database_url: str) -> Iterator[Api]:
+    app = create_app(Settings(database_url=database_url))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        issued: list[IssuedKey] = app.state.issued_keys
+        keys = {key.kind.value: key.token for key in issued}
+        yield Api(client=client, keys=keys, database_url=database_url)
