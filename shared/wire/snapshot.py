@@ -20,18 +20,18 @@ class WireStruct(msgspec.Struct, rename="camel", frozen=True, omit_defaults=True
     """Base of every snapshot struct: camelCase on the wire, immutable in memory."""
 
 
-class Variation(WireStruct):
+class Variation(WireStruct, frozen=True):
     idx: int
     value: Any
     name: str = ""
 
 
-class WeightedVariation(WireStruct):
+class WeightedVariation(WireStruct, frozen=True):
     idx: int
     weight: int  # out of WEIGHT_SCALE
 
 
-class Serve(WireStruct):
+class Serve(WireStruct, frozen=True):
     """Exactly one of ``variation`` (fixed) or ``rollout`` (percentage split) is set."""
 
     variation: int | None = None
@@ -39,7 +39,7 @@ class Serve(WireStruct):
     bucket_by: str | None = None  # overrides the flag's bucketBy for this rollout
 
 
-class Clause(WireStruct):
+class Clause(WireStruct, frozen=True):
     """One condition. ``segmentMatch`` clauses carry segment keys in ``values``.
 
     Within a clause any value may match (OR); ``negate`` inverts the clause's result, except that a
@@ -52,7 +52,7 @@ class Clause(WireStruct):
     negate: bool = False
 
 
-class Rule(WireStruct):
+class Rule(WireStruct, frozen=True):
     """All clauses must match (AND); the first matching rule of a flag serves."""
 
     id: str
@@ -61,21 +61,21 @@ class Rule(WireStruct):
     description: str = ""
 
 
-class Target(WireStruct):
+class Target(WireStruct, frozen=True):
     """Individual targeting: context keys in ``values`` get ``variation``, before any rule."""
 
     variation: int
     values: tuple[str, ...]
 
 
-class Prerequisite(WireStruct):
+class Prerequisite(WireStruct, frozen=True):
     """Flag ``key`` must be on and serve ``variation`` for this flag to go past its off state."""
 
     key: str
     variation: int
 
 
-class FlagSnapshot(WireStruct):
+class FlagSnapshot(WireStruct, frozen=True):
     key: str
     version: int
     type: str  # boolean | string | number | json
@@ -91,7 +91,7 @@ class FlagSnapshot(WireStruct):
     client_side: bool = True
 
 
-class SegmentRule(WireStruct):
+class SegmentRule(WireStruct, frozen=True):
     """A segment rule: all clauses must match; with ``weight`` only that share of matches is in."""
 
     id: str
@@ -100,7 +100,7 @@ class SegmentRule(WireStruct):
     bucket_by: str | None = None
 
 
-class SegmentSnapshot(WireStruct):
+class SegmentSnapshot(WireStruct, frozen=True):
     key: str
     version: int
     included: tuple[str, ...] = ()
@@ -109,7 +109,7 @@ class SegmentSnapshot(WireStruct):
     salt: str | None = None  # bucketing salt for weighted rules; None means the segment key
 
 
-class Snapshot(WireStruct):
+class Snapshot(WireStruct, frozen=True):
     project: str
     environment: str
     version: int

@@ -1,0 +1,328 @@
+"""Clause operators: each compiles its clause values once into a predicate on one value.
+
+A predicate receives one attribute value that is neither missing nor null nor an array (the
+clause handles those: a missing or null attribute never matches, even negated; an array matches
+when any element does) and tells whether it matches any of the clause's values.
+
+Edge cases, following LaunchDarkly:
+
+* ``in`` is type-strict JSON equality: ``1 == 1.0`` but ``1 != "1"`` and ``true != 1`` (Python's
+  ``True == 1`` is not used); arrays and objects compare deeply.
+* ``startsWith``, ``endsWith``, ``contains``, ``matches``: both sides strings, case-sensitive;
+  ``matches`` is a regex *search* (Python ``re``), not a full match.
+* ``lessThan`` … ``greaterThanOrEqual``: numbers only; a boolean is not a number and a numeric
+  string is not a number.
+* ``before``, ``after``: each side is an RFC 3339 timestamp string (date *and* time *and* offset,
+  fractional seconds optional: ``2017-12-06T07:00:00Z``) or a number of epoch milliseconds; a
+  numeric string is neither. Strictly before / after: equal instants match neither.
+* ``semVer*``: semantic versions 2.0 with LaunchDarkly's leniency: a missing minor or patch
+  is zero (``"2"`` and ``"2.0"`` are ``2.0.0``, ``"2-rc"`` is ``2.0.0-rc``); no leading zeros, no
+  ``v`` prefix, no fourth component. Prerelease precedence is semver's (``1.0.0-rc < 1.0.0``,
+  numeric identifiers below alphanumeric ones, ``rc.2 < rc.10``); build metadata is ignored.
+
+Clause values an operator cannot use are refused when compiling (a bad regex, a date or version
+that does not parse, a non-number for a numeric operator, a non-string for a string operator);
+attribute values of the wrong type are simply not a match.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+from shared.engine.model import InvalidAt
+
+Predicate = Callable[[Any], bool]
+SemVer = tuple[int, int, int, int, tuple[tuple[int, int | str], ...]]
+
+STRING_OPS = frozenset({"startsWith", "endsWith", "contains", "matches"})
+NUMBER_OPS = frozenset({"lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual"})
+DATE_OPS = frozenset({"before", "after"})
+SEMVER_OPS = frozenset({"semVerEqual", "semVerLessThan", "semVerGreaterThan"})
+SEGMENT_MATCH = "segmentMatch"
+OPERATORS = frozenset({"in", SEGMENT_MATCH}) | STRING_OPS | NUMBER_OPS | DATE_OPS | SEMVER_OPS
+
+
+def _never(_value: Any) -> bool:
+    return False
+
+
+# ------------------------------------------------------------------------------------- values
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _finite(value: int | float) -> bool:
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable form of a JSON value under type-strict equality (``True`` is not ``1``)."""
+    if isinstance(value, str):
+        return ("s", str(value))
+    if isinstance(value, bool):
+        return ("b", bool(value))
+    if isinstance(value, int | float):
+        return ("n", value)
+    if value is None:
+        return ("z",)
+    if isinstance(value, list | tuple):
+        return ("l", tuple(_canonical(item) for item in value))
+    if isinstance(value, Mapping):
+        return ("d", frozenset((k, _canonical(v)) for k, v in value.items()))
+    return ("o", id(value))
+
+
+def _check_json(value: Any, path: str, depth: int = 0) -> None:
+    if depth > 32:
+        raise InvalidAt(path, "value nested too deeply")
+    if value is None or isinstance(value, str | bool):
+        return
+    if is_number(value):
+        if not _finite(value):
+            raise InvalidAt(path, "numbers must be finite")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json(item, f"{path}[{i}]", depth + 1)
+        return
+    if isinstance(value, Mapping):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise InvalidAt(path, "object keys must be strings")
+            _check_json(item, f"{path}.{k}", depth + 1)
+        return
+    raise InvalidAt(path, f"not a JSON value: {type(value).__name__}")
+
+
+# ------------------------------------------------------------------------------------- dates
+
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))",
+    re.ASCII,
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def parse_rfc3339_ms(text: str) -> float | None:
+    """Epoch milliseconds of an RFC 3339 timestamp, or ``None`` if it is not one."""
+    m = _RFC3339.fullmatch(text)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second, frac, zulu, sign, off_h, off_m = m.groups()
+    try:
+        offset = timedelta(0)
+        if not zulu:
+            offset = timedelta(hours=int(off_h), minutes=int(off_m))
+            if sign == "-":
+                offset = -offset
+        moment = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            tzinfo=timezone(offset),
+        )
+    except (ValueError, OverflowError):
+        return None
+    delta = moment - _EPOCH
+    ms = (delta.days * 86_400 + delta.seconds) * 1000
+    return ms + float("0." + frac) * 1000 if frac else float(ms)
+
+
+def date_ms(value: Any) -> float | None:
+    """A date attribute or clause value as epoch milliseconds, or ``None``."""
+    if isinstance(value, str):
+        return parse_rfc3339_ms(value)
+    if is_number(value):
+        try:
+            ms = float(value)
+        except OverflowError:
+            return None
+        return ms if math.isfinite(ms) else None
+    return None
+
+
+# ------------------------------------------------------------------------------------- semver
+
+_IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
+_SEMVER = re.compile(
+    r"(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*))?(?:\.(0|[1-9][0-9]*))?"
+    rf"(?:-({_IDENT}(?:\.{_IDENT})*))?"
+    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?",
+    re.ASCII,
+)
+
+
+def parse_semver(value: Any) -> SemVer | None:
+    """A sortable key for a version string (build metadata dropped), or ``None``."""
+    if not isinstance(value, str):
+        return None
+    m = _SEMVER.fullmatch(value)
+    if m is None:
+        return None
+    major, minor, patch, pre = m.groups()
+    if pre is None:
+        return (int(major), int(minor or 0), int(patch or 0), 1, ())
+    ids = tuple((0, int(p)) if p.isdigit() else (1, p) for p in pre.split("."))
+    return (int(major), int(minor or 0), int(patch or 0), 0, ids)
+
+
+# ----------------------------------------------------------------------------------- compiling
+
+
+def _strings(op: str, values: Sequence[Any], path: str) -> list[str]:
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise InvalidAt(f"{path}[{i}]", f"{op} needs string values")
+    return [str(v) for v in values]
+
+
+def _numbers(op: str, values: Sequence[Any], path: str) -> list[float]:
+    out = []
+    for i, v in enumerate(values):
+        if not is_number(v) or not _finite(v):
+            raise InvalidAt(f"{path}[{i}]", f"{op} needs finite numbers")
+        out.append(v)
+    return out
+
+
+def _in(values: Sequence[Any], path: str) -> tuple[Predicate, frozenset[str]]:
+    for i, v in enumerate(values):
+        _check_json(v, f"{path}[{i}]")
+    strings = frozenset(str(v) for v in values if isinstance(v, str))
+    keys = frozenset(_canonical(v) for v in values)
+    composite = any(isinstance(v, list | tuple | Mapping) for v in values)
+
+    def match_in(value: Any) -> bool:
+        if value.__class__ is str:
+            return value in strings
+        if not composite and isinstance(value, list | tuple | Mapping):
+            return False
+        return _canonical(value) in keys
+
+    return match_in, strings
+
+
+def _string_op(op: str, values: Sequence[Any], path: str) -> Predicate:
+    texts = _strings(op, values, path)
+    if op == "startsWith":
+        prefixes = tuple(texts)
+        return lambda value: isinstance(value, str) and value.startswith(prefixes)
+    if op == "endsWith":
+        suffixes = tuple(texts)
+        return lambda value: isinstance(value, str) and value.endswith(suffixes)
+    if op == "contains":
+        parts = tuple(texts)
+        return lambda value: isinstance(value, str) and any(p in value for p in parts)
+    patterns = []
+    for i, text in enumerate(texts):
+        try:
+            patterns.append(re.compile(text))
+        except (re.error, RecursionError, OverflowError, ValueError) as exc:
+            raise InvalidAt(f"{path}[{i}]", f"invalid regular expression: {exc}") from None
+    searches = tuple(p.search for p in patterns)
+    return lambda value: isinstance(value, str) and any(s(value) for s in searches)
+
+
+def _number_op(op: str, values: Sequence[Any], path: str) -> Predicate:
+    numbers = _numbers(op, values, path)
+    if not numbers:
+        return _never
+    hi, lo = max(numbers), min(numbers)
+    if op == "lessThan":
+        return lambda v: is_number(v) and v < hi
+    if op == "lessThanOrEqual":
+        return lambda v: is_number(v) and v <= hi
+    if op == "greaterThan":
+        return lambda v: is_number(v) and v > lo
+    return lambda v: is_number(v) and v >= lo
+
+
+def _date_op(op: str, values: Sequence[Any], path: str) -> Predicate:
+    instants = []
+    for i, v in enumerate(values):
+        ms = date_ms(v)
+        if ms is None:
+            raise InvalidAt(
+                f"{path}[{i}]", f"{op} needs an RFC 3339 timestamp or epoch milliseconds"
+            )
+        instants.append(ms)
+    if not instants:
+        return _never
+    if op == "before":
+        latest = max(instants)
+
+        def before(value: Any) -> bool:
+            ms = date_ms(value)
+            return ms is not None and ms < latest
+
+        return before
+    earliest = min(instants)
+
+    def after(value: Any) -> bool:
+        ms = date_ms(value)
+        return ms is not None and ms > earliest
+
+    return after
+
+
+def _semver_op(op: str, values: Sequence[Any], path: str) -> Predicate:
+    versions = []
+    for i, v in enumerate(values):
+        parsed = parse_semver(v)
+        if parsed is None:
+            raise InvalidAt(f"{path}[{i}]", f"{op} needs a semantic version string")
+        versions.append(parsed)
+    if not versions:
+        return _never
+    if op == "semVerEqual":
+        exact = frozenset(versions)
+
+        def equal(value: Any) -> bool:
+            return parse_semver(value) in exact
+
+        return equal
+    if op == "semVerLessThan":
+        highest = max(versions)
+
+        def less(value: Any) -> bool:
+            parsed = parse_semver(value)
+            return parsed is not None and parsed < highest
+
+        return less
+    lowest = min(versions)
+
+    def greater(value: Any) -> bool:
+        parsed = parse_semver(value)
+        return parsed is not None and parsed > lowest
+
+    return greater
+
+
+def compile_predicate(
+    op: str, values: Sequence[Any], path: str
+) -> tuple[Predicate, frozenset[str] | None]:
+    """Compile a clause's values for ``op``.
+
+    Returns the predicate and, for ``in``, the set of its string values (the clause uses it for a
+    fast path on string attributes). ``path`` locates ``values``; problems raise ``InvalidAt``.
+    """
+    if op == "in":
+        return _in(values, path)
+    if op in STRING_OPS:
+        return _string_op(op, values, path), None
+    if op in NUMBER_OPS:
+        return _number_op(op, values, path), None
+    if op in DATE_OPS:
+        return _date_op(op, values, path), None
+    if op in SEMVER_OPS:
+        return _semver_op(op, values, path), None
+    raise InvalidAt("", f"unknown operator {op!r}")
