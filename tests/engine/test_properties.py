@@ -1,0 +1,311 @@
+"""Properties: evaluation never raises on any context or snapshot; the wire format round-trips."""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.engine import (
+    CompiledEnvironment,
+    CompileError,
+    ErrorKind,
+    Evaluation,
+    Reason,
+    compile_snapshot,
+    evaluate,
+    evaluate_all,
+)
+from shared.engine.operators import OPERATORS
+from shared.wire.snapshot import (
+    Clause,
+    FlagSnapshot,
+    Prerequisite,
+    Rule,
+    SegmentRule,
+    SegmentSnapshot,
+    Serve,
+    Snapshot,
+    Target,
+    Variation,
+    WeightedVariation,
+    decode_snapshot,
+    encode_snapshot,
+)
+
+from .builders import clause, environment, flag, rule, segment, segment_clause, segment_rule
+
+ATTRIBUTES = ["key", "kind", "country", "plan", "age", "version", "signup", "email", "tags", "org"]
+
+# Any text, lone surrogates included: contexts arrive from JSON, which can carry them.
+any_text = st.text(st.characters(exclude_categories=()), max_size=12)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | any_text
+    | st.sampled_from(["US", "pro", "1.2.3", "2017-12-06T07:00:00Z", "a@b.c", "", "42"])
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(any_text, inner, max_size=4),
+    max_leaves=12,
+)
+contexts = (
+    st.dictionaries(
+        st.sampled_from([*ATTRIBUTES, "targetingKey"]) | any_text, json_values, max_size=8
+    )
+    | json_values
+)
+
+
+def rich_environment() -> CompiledEnvironment:
+    """Every operator, segments (nested, weighted), prerequisites, targets and rollouts."""
+    every_op = [
+        clause("country", "in", "US", 1, True, None, [1, "x"], {"a": 1}),
+        clause("email", "endsWith", "@b.c"),
+        clause("email", "startsWith", "a"),
+        clause("email", "contains", "@"),
+        clause("email", "matches", "^[a-z]+@", negate=True),
+        clause("age", "lessThan", 30),
+        clause("age", "lessThanOrEqual", 30),
+        clause("age", "greaterThan", 18, negate=True),
+        clause("age", "greaterThanOrEqual", 18),
+        clause("signup", "before", "2020-01-01T00:00:00Z"),
+        clause("signup", "after", 0),
+        clause("version", "semVerEqual", "1.2.3"),
+        clause("version", "semVerLessThan", "2"),
+        clause("version", "semVerGreaterThan", "1.0.0-rc.1"),
+        clause("kind", "in", "user"),
+        clause("tags", "in", "beta", negate=True),
+        segment_clause("outer", "missing"),
+    ]
+    rules = [rule(c, to=i % 3, id=f"r{i}") for i, c in enumerate(every_op)]
+    rules.append(rule(clause("plan", "in", "pro"), to=[(0, 30_000), (1, 30_000), (2, 40_000)]))
+    return environment(
+        flag(
+            "base",
+            variations=("x", "y", "z"),
+            fallthrough=[(0, 50_000), (2, 50_000)],
+            bucket_by="org",
+        ),
+        flag(
+            "rich",
+            variations=("x", "y", "z"),
+            targets=[(1, ["t1", "t2"])],
+            prerequisites=[("base", 0)],
+            rules=rules,
+            fallthrough=[(0, 50_000), (1, 50_000)],
+        ),
+        flag("by-key", fallthrough=[(0, 50_000), (1, 50_000)], rules=rules[:2]),
+        flag("by-version", fallthrough=[(0, 20_000), (1, 80_000)], bucket_by="version"),
+        segments=[
+            segment(
+                "outer",
+                included=["in"],
+                excluded=["out"],
+                rules=[segment_rule(segment_clause("inner"), clause("age", "greaterThan", 1))],
+            ),
+            segment(
+                "inner",
+                rules=[segment_rule(clause("country", "in", "US"), weight=50_000, bucket_by="org")],
+            ),
+        ],
+    )
+
+
+RICH = rich_environment()
+
+
+def check(result: Any) -> None:
+    assert isinstance(result, Evaluation)
+    assert result.error_kind is not ErrorKind.EXCEPTION, "the engine hit an unexpected error"
+    if result.reason is Reason.ERROR:
+        assert result.variation is None
+    else:
+        assert result.variation is not None
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(context=contexts, key=st.sampled_from(["rich", "base", "by-key", "by-version", "nope"]))
+def test_evaluate_never_raises_on_any_context(context: Any, key: str) -> None:
+    check(evaluate(RICH, key, context, 0))
+    everything = evaluate_all(RICH, context, 0)
+    assert set(everything) == {"rich", "base", "by-key", "by-version"}
+    for result in everything.values():
+        check(result)
+
+
+@settings(max_examples=200)
+@given(
+    context=st.fixed_dictionaries(
+        {"key": any_text.filter(bool)},
+        optional=dict.fromkeys(ATTRIBUTES[1:], json_values),
+    )
+)
+def test_valid_keys_never_error(context: dict[str, Any]) -> None:
+    for result in evaluate_all(RICH, context, 0).values():
+        assert result.reason is not Reason.ERROR
+
+
+# ----------------------------------------------------------------------------- random snapshots
+
+KEYS = st.sampled_from(["a", "b", "c", "d"])
+idx = st.integers(-1, 3)
+
+
+@st.composite
+def serves(draw: st.DrawFn) -> Serve:
+    kind = draw(st.sampled_from(["variation", "rollout", "both", "neither"]))
+    rollout = tuple(
+        WeightedVariation(draw(idx), w)
+        for w in draw(st.sampled_from([[100_000], [50_000, 50_000], [1, 1], [], [-5, 100_005]]))
+    )
+    return Serve(
+        variation=draw(idx) if kind in ("variation", "both") else None,
+        rollout=rollout if kind in ("rollout", "both") else None,
+        bucket_by=draw(st.none() | st.sampled_from(ATTRIBUTES)),
+    )
+
+
+clauses = st.builds(
+    Clause,
+    op=st.sampled_from(sorted(OPERATORS)) | st.sampled_from(["", "nope"]),
+    attribute=st.none() | st.sampled_from(ATTRIBUTES),
+    values=st.lists(json_values | KEYS, max_size=3).map(tuple),
+    negate=st.booleans(),
+)
+flags = st.builds(
+    FlagSnapshot,
+    key=KEYS,
+    version=st.integers(0, 5),
+    type=st.sampled_from(["boolean", "string", "number", "json"]),
+    variations=st.lists(
+        st.builds(Variation, idx=st.integers(0, 3), value=json_values), max_size=3
+    ).map(tuple),
+    enabled=st.booleans(),
+    off_variation=idx,
+    fallthrough=serves(),
+    rules=st.lists(
+        st.builds(
+            Rule,
+            id=st.text(string.ascii_letters, max_size=3),
+            clauses=st.lists(clauses, max_size=3).map(tuple),
+            serve=serves(),
+        ),
+        max_size=3,
+    ).map(tuple),
+    targets=st.lists(
+        st.builds(Target, variation=idx, values=st.lists(any_text, max_size=3).map(tuple)),
+        max_size=2,
+    ).map(tuple),
+    prerequisites=st.lists(st.builds(Prerequisite, key=KEYS, variation=idx), max_size=2).map(tuple),
+    bucket_by=st.sampled_from(ATTRIBUTES),
+    salt=st.none() | any_text,
+    client_side=st.booleans(),
+)
+segments = st.builds(
+    SegmentSnapshot,
+    key=KEYS,
+    version=st.just(1),
+    included=st.lists(any_text, max_size=2).map(tuple),
+    excluded=st.lists(any_text, max_size=2).map(tuple),
+    rules=st.lists(
+        st.builds(
+            SegmentRule,
+            id=st.just("s"),
+            clauses=st.lists(clauses, max_size=2).map(tuple),
+            weight=st.none() | st.integers(-1, 100_001),
+            bucket_by=st.none() | st.sampled_from(ATTRIBUTES),
+        ),
+        max_size=2,
+    ).map(tuple),
+)
+snapshots = st.builds(
+    Snapshot,
+    project=st.just("p"),
+    environment=st.just("e"),
+    version=st.integers(0, 10),
+    flags=st.lists(flags, max_size=4).map(lambda fs: {f.key: f for f in fs}),
+    segments=st.lists(segments, max_size=3).map(lambda ss: {s.key: s for s in ss}),
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=snapshots, context=contexts)
+def test_random_snapshots_compile_or_refuse_and_never_raise(
+    snapshot: Snapshot, context: Any
+) -> None:
+    try:
+        strict = compile_snapshot(snapshot)
+    except CompileError:
+        strict = None
+    lenient = compile_snapshot(snapshot, strict=False)
+    if strict is not None:
+        assert lenient.errors == ()
+    else:
+        assert lenient.errors
+    for env in filter(None, (strict, lenient)):
+        for key in [*snapshot.flags, "zz"]:
+            check(evaluate(env, key, context, 0))
+        for result in evaluate_all(env, context, 0, client_side_only=True).values():
+            check(result)
+
+
+# --------------------------------------------------------------------------------- wire format
+
+wire_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=snapshots.filter(lambda s: True), value=wire_json)
+def test_snapshot_round_trips_through_msgpack(snapshot: Snapshot, value: Any) -> None:
+    # Variation values and clause values are arbitrary JSON: use wire-safe ones.
+    snapshot = msgspec.structs.replace(
+        snapshot,
+        flags={
+            k: msgspec.structs.replace(
+                f,
+                variations=tuple(msgspec.structs.replace(v, value=value) for v in f.variations),
+                rules=tuple(
+                    msgspec.structs.replace(
+                        r,
+                        clauses=tuple(
+                            msgspec.structs.replace(c, values=(value,)) for c in r.clauses
+                        ),
+                    )
+                    for r in f.rules
+                ),
+                targets=tuple(msgspec.structs.replace(t, values=("k",)) for t in f.targets),
+                salt=None,
+            )
+            for k, f in snapshot.flags.items()
+        },
+        segments={
+            k: msgspec.structs.replace(s, included=("i",), excluded=(), rules=())
+            for k, s in snapshot.segments.items()
+        },
+    )
+    assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+    assert msgspec.json.decode(msgspec.json.encode(snapshot), type=Snapshot) == snapshot
+
+
+def test_wire_names_are_camel_case() -> None:
+    encoded = msgspec.json.decode(
+        msgspec.json.encode(flag("f", client_side=False, bucket_by="org"))
+    )
+    assert {"offVariation", "bucketBy", "clientSide"} <= set(encoded)
