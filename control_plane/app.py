@@ -58,9 +58,19 @@ async def readyz(state: State) -> Any:
     return {"status": "ready", "database": "ok"}
 
 
+def configure_logging() -> None:
+    """Plain stderr logging, unless the host (a test runner, a server) configured it already."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
 def create_app(settings: Settings | None = None) -> Litestar:
     """Build the app; the database is migrated (and bootstrapped when empty) at start-up."""
     settings = settings or Settings.from_env()
+    configure_logging()
     engine = make_async_engine(settings.database_url)
     sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
     notifier = ChangeNotifier()
@@ -101,6 +111,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             path="/schema",
             render_plugins=[SwaggerRenderPlugin()],
         ),
+        logging_config=None,
         debug=False,
     )
 

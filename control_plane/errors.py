@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import MediaType, Request, Response
@@ -114,7 +114,10 @@ def decode_json_body(raw: bytes, model: type[Any]) -> Any:
         ) from exc
 
 
-class StrictBody(MsgspecDTO[Any]):
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+class StrictBody(MsgspecDTO[T]):
     """A request-body DTO that decodes strictly; use as ``dto=StrictBody[Model]``.
 
     Litestar's own decoding coerces types (``"5"`` becomes ``5``); flags are typed values, so

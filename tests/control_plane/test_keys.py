@@ -23,7 +23,10 @@ def test_first_start_issues_one_key_of_each_kind(api: Api) -> None:
         ({"kind": "management", "name": "ci"}, "vsk_live_"),
         ({"kind": "server"}, "ssk_live_"),
         ({"kind": "relay", "environment": "staging"}, "rsk_live_"),
-        ({"kind": "public", "environment": "production", "origins": ["https://shop.example"]}, "pk_live_"),
+        (
+            {"kind": "public", "environment": "production", "origins": ["https://shop.example"]},
+            "pk_live_",
+        ),
     ],
 )
 def test_create_key_shows_the_secret_once(api: Api, body: dict[str, object], prefix: str) -> None:
@@ -33,7 +36,8 @@ def test_create_key_shows_the_secret_once(api: Api, body: dict[str, object], pre
     assert created["key"].startswith(prefix)
     assert created["kind"] == body["kind"]
     assert created["id"].startswith("key_")
-    assert created["hint"].startswith(prefix) and created["key"] not in created["hint"]
+    assert created["hint"].startswith(prefix)
+    assert created["key"] not in created["hint"]
     listed = api.get("/keys").json()
     assert created["id"] in [k["id"] for k in listed["keys"]]
     assert created["key"] not in api.get("/keys").text
@@ -63,7 +67,10 @@ def test_revoking_an_unknown_key_is_404(api: Api) -> None:
         ({"kind": "public", "environment": "nope"}, "environment"),
         ({"kind": "server", "environment": "production"}, "environment"),
         ({"kind": "server", "origins": ["https://a.example"]}, "origins"),
-        ({"kind": "public", "environment": "production", "origins": ["not an origin"]}, "origins[0]"),
+        (
+            {"kind": "public", "environment": "production", "origins": ["not an origin"]},
+            "origins[0]",
+        ),
         ({"kind": "admin"}, "kind"),
         ({"kind": "server", "colour": "red"}, "colour"),
     ],

@@ -68,7 +68,11 @@ class FlagController(Controller):
         summary="Change a flag's settings in one environment",
     )
     async def put_settings(
-        self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.EnvironmentSettingsIn]
+        self,
+        ctx: Ctx,
+        key: FromPath[str],
+        env: FromPath[str],
+        data: JSONBody[s.EnvironmentSettingsIn],
     ) -> s.EnvironmentSettings:
         return await services.put_settings(ctx, key, env, data)
 

@@ -17,6 +17,8 @@ from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.errors import ApiError, conflict, invalid, not_found
+from control_plane.publishing.compiler import flag_snapshot, segments_for
+from shared.engine import CompileError, validate_flag
 from shared.wire import snapshot as w
 
 # --- stored JSON <-> wire structs <-> API output -------------------------------------------------
@@ -344,9 +346,7 @@ async def _dependents(scope: Scope, flag_key: str) -> list[tuple[str, str]]:
         .where(Flag.project_id == scope.project_id, Flag.archived.is_(False), Flag.key != flag_key)
     )
     return [
-        (fkey, ekey)
-        for fkey, ekey, prereqs in rows
-        if any(p["key"] == flag_key for p in prereqs)
+        (fkey, ekey) for fkey, ekey, prereqs in rows if any(p["key"] == flag_key for p in prereqs)
     ]
 
 
@@ -554,12 +554,19 @@ async def _check_with_engine(
     scope: Scope, flag: Flag, env: Environment, setting: FlagSetting
 ) -> None:
     """Refuse what the evaluation engine could not compile (regexes, versions, dates, cycles)."""
-    from control_plane.publishing.compiler import flag_snapshot, segments_for
-    from shared.engine import CompileError, validate_flag
-
     segments = await segments_for(scope.session, scope.project_id)
-    candidate = flag_snapshot(flag, setting)
+    prerequisite_keys = [p["key"] for p in setting.prerequisites]
+    rows = await scope.session.execute(
+        select(Flag, FlagSetting)
+        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+        .where(
+            Flag.project_id == scope.project_id,
+            Flag.key.in_(prerequisite_keys),
+            FlagSetting.environment_id == env.id,
+        )
+    )
+    others = {other.key: flag_snapshot(other, other_setting) for other, other_setting in rows}
     try:
-        validate_flag(candidate, segments, {})
+        validate_flag(flag_snapshot(flag, setting), segments, others)
     except CompileError as exc:
         raise invalid(exc.path or "body", exc.message) from exc

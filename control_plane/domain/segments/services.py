@@ -18,6 +18,7 @@ from control_plane.domain.flags.services import clause_out
 from control_plane.domain.segments import schemas as s
 from control_plane.errors import conflict, invalid, not_found
 from control_plane.publishing.compiler import segment_snapshot
+from shared.engine import CompileError, validate_segment
 from shared.wire import snapshot as w
 
 MAX_MEMBERS = 100_000
@@ -125,6 +126,14 @@ def _nested(rules: Iterable[dict[str, object]] | Iterable[w.SegmentRule]) -> set
     return found
 
 
+def _check_with_engine(row: Segment, others: list[Segment]) -> None:
+    """Refuse what the evaluation engine could not compile (regexes, versions, dates)."""
+    try:
+        validate_segment(segment_snapshot(row), {o.key: segment_snapshot(o) for o in others})
+    except CompileError as exc:
+        raise invalid(exc.path or "body", exc.message) from exc
+
+
 def _check_cycle(key: str, rules: list[w.SegmentRule], others: list[Segment]) -> None:
     graph = {row.key: _nested(row.rules) for row in others}
     graph[key] = _nested(rules)
@@ -198,6 +207,7 @@ async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
         created_at=now,
         updated_at=now,
     )
+    _check_with_engine(row, others)
     scope.session.add(row)
     try:
         await scope.session.flush()
@@ -244,7 +254,7 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
         row.excluded = excluded
     row.version += 1
     row.updated_at = utcnow()
-    segment_snapshot(row)  # the stored form must read back as the wire form
+    _check_with_engine(row, others)
     await scope.session.flush()
     _, environments = await _users(scope, key)
     await scope.changed(environments)

@@ -1,0 +1,111 @@
+"""Real processes on loopback for end-to-end tests: start, read their output, wait, stop."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+VANE = [sys.executable, "-m", "control_plane.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Process:
+    """A child process whose combined output is collected line by line in the background."""
+
+    def __init__(
+        self, argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
+        self.argv = list(argv)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self.popen = subprocess.Popen(
+            self.argv,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, pattern: str, timeout: float = 60) -> re.Match[str]:
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for line in self.lines:
+                    match = regex.search(line)
+                    if match:
+                        return match
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.popen.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(
+                        f"no line matching {pattern!r} from {self.argv}:\n{self.output}"
+                    )
+                self._changed.wait(min(left, 0.5))
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
+        return self.popen.returncode
+
+    def __enter__(self) -> Process:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def wait_http_ok(url: str, timeout: float = 60) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(url, timeout=2)
+            if response.status_code == 200:
+                return response
+            last = response.status_code
+        except httpx.TransportError as exc:
+            last = exc
+        time.sleep(0.05)
+    raise AssertionError(f"{url} not ready: {last}")
