@@ -88,6 +88,18 @@ class FlagController(Controller):
     ) -> s.Toggled:
         return await services.toggle(ctx, key, env, data.enabled)
 
+    @post(
+        "/{key:str}/environments/{env:str}/evaluate",
+        dto=StrictBody[s.EvaluateIn],
+        return_dto=None,
+        status_code=200,
+        summary="Preview what a relay would serve a context, and why",
+    )
+    async def evaluate(
+        self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.EvaluateIn]
+    ) -> s.Preview:
+        return await services.preview(ctx, key, env, data.context)
+
     @get("/{key:str}/environments/{env:str}/rules", summary="A flag's targeting rules")
     async def get_rules(self, ctx: Ctx, key: FromPath[str], env: FromPath[str]) -> s.Rules:
         return await services.get_rules(ctx, key, env)

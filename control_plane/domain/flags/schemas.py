@@ -210,6 +210,25 @@ class Rules(ApiOut):
     version: int
 
 
+class Preview(ApiOut):
+    """What a relay would serve a context, and why."""
+
+    flag: str
+    environment: str
+    value: Any
+    variation: int | None
+    variation_name: str | None
+    reason: str
+    rule_index: int | None
+    rule_id: str | None
+    prerequisite_key: str | None
+    error_kind: str | None
+    in_rollout: bool
+    openfeature_reason: str
+    error_code: str | None
+    snapshot_version: int
+
+
 class AuditEntry(ApiOut):
     id: str
     at: datetime

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,8 +18,15 @@ from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.errors import ApiError, conflict, invalid, not_found
-from control_plane.publishing.compiler import flag_snapshot, segments_for
-from shared.engine import CompileError, validate_flag
+from control_plane.publishing.compiler import compile_environment, flag_snapshot, segments_for
+from shared.engine import (
+    CompileError,
+    compile_snapshot,
+    evaluate,
+    ofrep_error_code,
+    openfeature_reason,
+    validate_flag,
+)
 from shared.wire import snapshot as w
 
 # --- stored JSON <-> wire structs <-> API output -------------------------------------------------
@@ -195,6 +203,30 @@ async def get_rules(scope: Scope, key: str, env_key: str) -> s.Rules:
     flag, env, setting = await _setting(scope, key, env_key)
     return s.Rules(
         flag=flag.key, environment=env.key, rules=rules_out(setting.rules), version=setting.version
+    )
+
+
+async def preview(scope: Scope, key: str, env_key: str, context: dict[str, Any]) -> s.Preview:
+    """Evaluate ``key`` for ``context`` exactly as a relay holding the current snapshot would."""
+    await _flag(scope, key)  # 404 for an unknown flag; an archived one is FLAG_NOT_FOUND below
+    env = await scope.environment(env_key)
+    compiled = compile_snapshot(await compile_environment(scope.session, env))
+    result = evaluate(compiled, key, context, time.time_ns() // 1_000_000)
+    return s.Preview(
+        flag=key,
+        environment=env.key,
+        value=result.value,
+        variation=result.variation,
+        variation_name=result.variation_name,
+        reason=result.reason.value,
+        rule_index=result.rule_index,
+        rule_id=result.rule_id,
+        prerequisite_key=result.prerequisite_key,
+        error_kind=result.error_kind.value if result.error_kind else None,
+        in_rollout=result.in_rollout,
+        openfeature_reason=openfeature_reason(result),
+        error_code=ofrep_error_code(result),
+        snapshot_version=env.snapshot_version,
     )
 
 
