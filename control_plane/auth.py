@@ -6,7 +6,6 @@ the lookup a single indexed query. Revocation takes effect on the next request: 
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import string
 from dataclasses import dataclass
@@ -22,6 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from control_plane.db.ids import new_id
 from control_plane.db.models import ApiKey
 from control_plane.errors import ApiError
+from shared.keys import PREFIXES as SHARED_PREFIXES
+from shared.keys import hash_token
+from shared.keys import kind_of as shared_kind_of
 
 
 class KeyKind(StrEnum):
@@ -31,13 +33,7 @@ class KeyKind(StrEnum):
     PUBLIC = "public"
 
 
-PREFIXES: dict[KeyKind, str] = {
-    KeyKind.MANAGEMENT: "vsk_",
-    KeyKind.SERVER: "ssk_",
-    KeyKind.RELAY: "rsk_",
-    KeyKind.PUBLIC: "pk_",
-}
-_KIND_BY_PREFIX = {prefix: kind for kind, prefix in PREFIXES.items()}
+PREFIXES: dict[KeyKind, str] = {KeyKind(kind): prefix for kind, prefix in SHARED_PREFIXES.items()}
 _SECRET_ALPHABET = string.ascii_letters + string.digits
 _SECRET_LENGTH = 40
 
@@ -52,13 +48,12 @@ class Principal:
     environment_id: str | None
 
 
-def hash_secret(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+hash_secret = hash_token
 
 
 def kind_of(token: str) -> KeyKind | None:
-    prefix, sep, _ = token.partition("_")
-    return _KIND_BY_PREFIX.get(prefix + "_") if sep else None
+    kind = shared_kind_of(token)
+    return KeyKind(kind) if kind else None
 
 
 def generate_token(kind: KeyKind) -> str:

@@ -1,0 +1,56 @@
+"""Relay settings, from the command line and the environment (``VANE_RELAY_*``) at start-up."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySettings:
+    upstream: str  # control plane base URL, e.g. http://127.0.0.1:8000
+    key: str  # rsk_ relay key
+    host: str = "127.0.0.1"
+    port: int = 8100
+    data_dir: Path = Path(".vane/relay")
+    relay_id: str = ""
+    heartbeat_s: float = 10.0
+    stale_after_s: float = 30.0  # no word from upstream for this long: report stale
+    sse_secret: bytes = b""  # signs SSE stream tokens; random per process unless set
+    sse_token_ttl_s: int = 600
+    rate_limit_per_s: float = 0.0  # per public key and relay process; 0 = off
+    rate_limit_burst: int = 0
+
+    @property
+    def websocket_url(self) -> str:
+        base = self.upstream.rstrip("/")
+        if base.startswith("https://"):
+            base = "wss://" + base[len("https://") :]
+        elif base.startswith("http://"):
+            base = "ws://" + base[len("http://") :]
+        return base + "/api/v1/relay/stream"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> RelaySettings:
+        env = os.environ
+        values: dict[str, object] = {
+            "upstream": env.get("VANE_RELAY_UPSTREAM", "http://127.0.0.1:8000"),
+            "key": env.get("VANE_RELAY_KEY", ""),
+            "host": env.get("VANE_RELAY_HOST", "127.0.0.1"),
+            "port": int(env.get("VANE_RELAY_PORT", "8100")),
+            "data_dir": Path(env.get("VANE_RELAY_DATA_DIR", ".vane/relay")),
+            "relay_id": env.get("VANE_RELAY_ID", ""),
+            "heartbeat_s": float(env.get("VANE_RELAY_HEARTBEAT_S", "10")),
+            "stale_after_s": float(env.get("VANE_RELAY_STALE_AFTER_S", "30")),
+            "sse_secret": env.get("VANE_RELAY_SSE_SECRET", "").encode(),
+            "rate_limit_per_s": float(env.get("VANE_RELAY_RATE_LIMIT", "0")),
+            "rate_limit_burst": int(env.get("VANE_RELAY_RATE_BURST", "0")),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if not values["sse_secret"]:
+            values["sse_secret"] = secrets.token_bytes(32)
+        if not values["relay_id"]:
+            values["relay_id"] = f"relay-{secrets.token_hex(3)}"
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,136 @@
+"""What a relay serves: one compiled snapshot per environment, swapped atomically.
+
+Readers take ``store.get(env)`` once per request and use that immutable ``EnvironmentState``
+throughout, so a swap in the middle of a request never mixes two versions; no lock is needed
+(the event loop is single-threaded and a dict assignment is atomic). Listeners (SSE streams, the
+``/readyz`` view, persistence) hear of each swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shared.engine import CompiledEnvironment, compile_snapshot
+from shared.keys import hash_token
+from shared.wire.protocol import Access, AccessKey
+from shared.wire.snapshot import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentState:
+    """One environment's snapshot as the relay holds it (immutable; replaced, never mutated)."""
+
+    environment: str
+    version: int
+    snapshot: Snapshot
+    compiled: CompiledEnvironment
+    access: Access
+    received_at: float  # wall-clock seconds when this version was accepted (or loaded from disk)
+    etag: str
+
+    @classmethod
+    def build(cls, snapshot: Snapshot, access: Access, *, received_at: float | None = None) -> EnvironmentState:
+        return cls(
+            environment=snapshot.environment,
+            version=snapshot.version,
+            snapshot=snapshot,
+            compiled=compile_snapshot(snapshot),
+            access=access,
+            received_at=time.time() if received_at is None else received_at,
+            etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """A public or server key presented to the relay, resolved against the snapshots' access."""
+
+    environment: str
+    key: AccessKey
+
+
+Listener = Callable[[EnvironmentState], None]
+
+
+@dataclass
+class Store:
+    """The relay's current state, and its connection to the control plane."""
+
+    states: dict[str, EnvironmentState] = field(default_factory=dict)
+    expected: frozenset[str] | None = None  # environments the control plane said we serve
+    connected: bool = False
+    last_upstream_message: float = 0.0  # monotonic seconds
+    stale_after: float = 30.0
+    _keys: dict[str, Caller] = field(default_factory=dict)
+    _listeners: list[Listener] = field(default_factory=list)
+    _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
+
+    def get(self, environment: str) -> EnvironmentState | None:
+        return self.states.get(environment)
+
+    def version(self, environment: str) -> int | None:
+        state = self.states.get(environment)
+        return state.version if state else None
+
+    def versions(self) -> dict[str, int]:
+        return {env: state.version for env, state in self.states.items()}
+
+    def swap(self, state: EnvironmentState) -> None:
+        """Make ``state`` current for its environment and tell every listener."""
+        self.states[state.environment] = state
+        self._rebuild_keys()
+        for listener in list(self._listeners):
+            listener(state)
+        for event in self._waiters.pop(state.environment, []):
+            event.set()
+
+    def _rebuild_keys(self) -> None:
+        keys: dict[str, Caller] = {}
+        for env, state in self.states.items():
+            for key in state.access.keys:
+                # server keys are project-wide: any environment's copy resolves them
+                keys.setdefault(key.hash, Caller(env, key))
+        self._keys = keys
+
+    def caller(self, token: str) -> Caller | None:
+        """The environment and key a bearer token stands for, or None if unknown/revoked."""
+        return self._keys.get(hash_token(token))
+
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    async def wait_for_change(self, environment: str, timeout: float) -> bool:
+        """Wait until ``environment`` gets a new state; False on timeout."""
+        event = asyncio.Event()
+        self._waiters.setdefault(environment, []).append(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            waiters = self._waiters.get(environment, [])
+            if event in waiters:
+                waiters.remove(event)
+            return False
+        return True
+
+    def upstream_alive(self) -> None:
+        self.last_upstream_message = time.monotonic()
+
+    @property
+    def stale(self) -> bool:
+        """Cut off from the control plane: not connected, or silent for too long."""
+        if not self.connected:
+            return True
+        return time.monotonic() - self.last_upstream_message > self.stale_after
+
+    @property
+    def ready(self) -> bool:
+        """Serving: a snapshot for every environment the control plane named (or any, before)."""
+        if not self.states:
+            return False
+        if self.expected is None:
+            return True
+        return self.expected <= set(self.states)

@@ -1,0 +1,128 @@
+"""The relay ⇄ control-plane websocket protocol (binary frames, msgpack, tagged by ``type``).
+
+A relay connects with its ``rsk_`` key and sends ``Hello`` with the snapshot version it holds per
+environment. The control plane answers ``Welcome`` (the environments the key may read), then per
+environment: nothing (the relay is current), ``Patch`` messages in order (it is a few versions
+behind), or one ``SnapshotMessage`` (anything else). Afterwards every committed change arrives
+the same way. Both sides send ``Ping`` every ``heartbeat_ms`` and answer with ``Pong``.
+
+``Access`` travels with snapshots: hashes of the public and server keys that may call a relay,
+so a relay checks keys locally and a revoked key stops at every relay with the next patch.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from shared.wire.snapshot import (
+    SCHEMA_VERSION,
+    FlagSnapshot,
+    SegmentSnapshot,
+    Snapshot,
+    WireStruct,
+)
+
+
+class AccessKey(WireStruct):
+    id: str
+    kind: str  # "public" | "server"
+    hash: str  # sha256 hex of the full token
+    origins: tuple[str, ...] = ()
+
+
+class Access(WireStruct):
+    keys: tuple[AccessKey, ...] = ()
+
+
+class Message(msgspec.Struct, tag_field="type", rename="camel", frozen=True, omit_defaults=True):
+    """Base of protocol messages."""
+
+
+class Hello(Message, tag="hello"):
+    relay: str  # the relay's self-chosen id (for logs and metrics)
+    versions: dict[str, int] = {}
+    schema_version: int = SCHEMA_VERSION
+
+
+class Welcome(Message, tag="welcome"):
+    environments: tuple[str, ...]
+    heartbeat_ms: int
+
+
+class SnapshotMessage(Message, tag="snapshot"):
+    snapshot: Snapshot
+    access: Access
+
+
+class Patch(Message, tag="patch"):
+    """Turns version ``from_version`` of ``environment`` into ``version``."""
+
+    environment: str
+    from_version: int
+    version: int
+    generated_at: int = 0
+    flags: dict[str, FlagSnapshot] = {}
+    removed_flags: tuple[str, ...] = ()
+    segments: dict[str, SegmentSnapshot] = {}
+    removed_segments: tuple[str, ...] = ()
+    access: Access | None = None
+
+
+class Ping(Message, tag="ping"):
+    sent_at: int  # epoch milliseconds
+
+
+class Pong(Message, tag="pong"):
+    sent_at: int  # echoed from the Ping
+
+
+ToRelay = Welcome | SnapshotMessage | Patch | Ping | Pong
+ToControlPlane = Hello | Ping | Pong
+
+_encoder = msgspec.msgpack.Encoder()
+_to_relay = msgspec.msgpack.Decoder(ToRelay)
+_to_control_plane = msgspec.msgpack.Decoder(ToControlPlane)
+
+
+def encode(message: Message) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_to_relay(data: bytes) -> ToRelay:
+    return _to_relay.decode(data)
+
+
+def decode_to_control_plane(data: bytes) -> ToControlPlane:
+    return _to_control_plane.decode(data)
+
+
+def diff(old: Snapshot, new: Snapshot, access: Access | None = None) -> Patch:
+    """The patch that turns ``old`` into ``new`` (flags and segments compared by value)."""
+    return Patch(
+        environment=new.environment,
+        from_version=old.version,
+        version=new.version,
+        generated_at=new.generated_at,
+        flags={k: f for k, f in new.flags.items() if old.flags.get(k) != f},
+        removed_flags=tuple(sorted(k for k in old.flags if k not in new.flags)),
+        segments={k: s for k, s in new.segments.items() if old.segments.get(k) != s},
+        removed_segments=tuple(sorted(k for k in old.segments if k not in new.segments)),
+        access=access,
+    )
+
+
+def apply_patch(snapshot: Snapshot, patch: Patch) -> Snapshot:
+    """``snapshot`` with ``patch`` applied; the caller checks ``patch.from_version`` first."""
+    flags = {k: f for k, f in snapshot.flags.items() if k not in patch.removed_flags}
+    flags.update(patch.flags)
+    segments = {k: s for k, s in snapshot.segments.items() if k not in patch.removed_segments}
+    segments.update(patch.segments)
+    return Snapshot(
+        project=snapshot.project,
+        environment=snapshot.environment,
+        version=patch.version,
+        flags=dict(sorted(flags.items())),
+        segments=dict(sorted(segments.items())),
+        schema_version=snapshot.schema_version,
+        generated_at=patch.generated_at or snapshot.generated_at,
+    )
