@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -12,6 +13,7 @@ from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.types import ControllerRouterHandler
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -26,17 +28,21 @@ from control_plane.domain.flags.controllers import FlagController
 from control_plane.domain.keys.controllers import KeyController
 from control_plane.domain.segments.controllers import SegmentController
 from control_plane.errors import EXCEPTION_HANDLERS
+from control_plane.publishing.fanout import RedisFanout
+from control_plane.publishing.hub import Hub, run_reconciler
 from control_plane.publishing.notifier import ChangeNotifier
+from control_plane.publishing.stream import relay_stream
 from control_plane.settings import Settings
 
 logger = logging.getLogger("vane.control_plane")
 
-API_CONTROLLERS = [
+API_CONTROLLERS: list[ControllerRouterHandler] = [
     FlagController,
     SegmentController,
     EnvironmentController,
     KeyController,
     CodeRefController,
+    relay_stream,
 ]
 UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/schema"]
 
@@ -74,15 +80,35 @@ def create_app(settings: Settings | None = None) -> Litestar:
     engine = make_async_engine(settings.database_url)
     sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
     notifier = ChangeNotifier()
+    hub = Hub(sessionmaker)
+    fanout = (
+        RedisFanout(settings.redis_url, hub, settings.replica_id) if settings.redis_url else None
+    )
+    background: list[asyncio.Task[None]] = []
+
+    async def publish(project_id: str, environment_ids: frozenset[str]) -> None:
+        await hub.refresh(environment_ids)
+        if fanout is not None:
+            await fanout.publish(project_id, environment_ids)
+
+    notifier.subscribe(publish)
 
     async def on_startup(app: Litestar) -> None:
         await anyio.to_thread.run_sync(migrate.upgrade, settings.database_url)
+        app.state.issued_keys = []
         if settings.bootstrap:
             issued = await bootstrap(sessionmaker)
             app.state.issued_keys = issued
             log_issued_keys(issued)
+        if fanout is not None:
+            await fanout.start()
+        background.append(asyncio.create_task(run_reconciler(hub, settings.reconcile_s)))
 
     async def on_shutdown(app: Litestar) -> None:
+        for task in background:
+            task.cancel()
+        if fanout is not None:
+            await fanout.stop()
         await engine.dispose()
 
     api = [
@@ -96,6 +122,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 "sessionmaker": sessionmaker,
                 "engine": engine,
                 "notifier": notifier,
+                "hub": hub,
+                "fanout": fanout,
                 "settings": settings,
             }
         ),

@@ -29,6 +29,7 @@ from control_plane.domain.keys import schemas as key_schemas
 from control_plane.domain.keys import services as keys
 from control_plane.errors import ApiError
 from control_plane.settings import Settings
+from relay.cli import add_relay_parser
 
 T = TypeVar("T")
 
@@ -37,7 +38,7 @@ def _database_url() -> str:
     return Settings.from_env().database_url
 
 
-async def _in_project(project_key: str, work: Callable[[Scope], Awaitable[T]]) -> T:
+async def in_project(project_key: str, work: Callable[[Scope], Awaitable[T]]) -> T:
     """Run ``work`` in one transaction of ``project_key`` as the CLI actor."""
     url = _database_url()
     engine = make_async_engine(url)
@@ -106,6 +107,13 @@ def cmd_control_plane(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    from control_plane.up import cmd_up as run_up
+
+    url = _database_url()
+    return run_up(args, url, _migrate_and_bootstrap(url))
+
+
 def cmd_db_upgrade(_: argparse.Namespace) -> int:
     url = _database_url()
     before, after = migrate.upgrade(url)
@@ -121,7 +129,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     body = key_schemas.KeyCreate(
         kind=args.kind, name=args.name or "", environment=args.env, origins=args.origin or []
     )
-    created = asyncio.run(_in_project(args.project, lambda scope: keys.create_key(scope, body)))
+    created = asyncio.run(in_project(args.project, lambda scope: keys.create_key(scope, body)))
     if args.json:
         print(msgspec.json.encode(created).decode())
     else:
@@ -157,11 +165,11 @@ def cmd_code_refs_scan(args: argparse.Namespace) -> int:
             await scope.session.scalars(select(Flag.key).where(Flag.project_id == scope.project_id))
         )
 
-    found = scan_tree(root, asyncio.run(_in_project(args.project, flag_keys)))
+    found = scan_tree(root, asyncio.run(in_project(args.project, flag_keys)))
     _print_refs(found, root)
     if args.upload:
         body = _upload_body(found, repository, branch)
-        result = asyncio.run(_in_project(args.project, lambda scope: coderefs.upload(scope, body)))
+        result = asyncio.run(in_project(args.project, lambda scope: coderefs.upload(scope, body)))
         print(
             f"uploaded {result.references} references to {result.flags} flags for {repository}@{branch}"
         )
@@ -217,7 +225,7 @@ def _print_refs(found: list[CodeRef], root: Path) -> None:
 
 
 def cmd_code_refs_stale(args: argparse.Namespace) -> int:
-    stale = asyncio.run(_in_project(args.project, coderefs.stale_flags))
+    stale = asyncio.run(in_project(args.project, coderefs.stale_flags))
     if args.json:
         print(msgspec.json.encode(stale).decode())
         return 0
@@ -236,6 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
     serve.set_defaults(func=cmd_control_plane)
+
+    up = sub.add_parser("up", help="run a control plane and a relay together (SQLite by default)")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--relay-port", type=int, default=8100)
+    up.set_defaults(func=cmd_up)
+
+    add_relay_parser(sub)
 
     db = sub.add_parser("db", help="database schema").add_subparsers(
         dest="db_command", required=True

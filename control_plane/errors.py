@@ -186,7 +186,8 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
 
 
 def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    where = f"{getattr(request, 'method', 'WEBSOCKET')} {getattr(getattr(request, 'url', None), 'path', '')}"
+    logger.error("unhandled error on %s", where, exc_info=exc)
     return Response(
         _body(500, "internal_error", "internal error", []),
         status_code=500,

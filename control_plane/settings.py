@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,9 @@ class Settings:
     redis_url: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     bootstrap: bool = True  # create project `default` and first keys on an empty database
-    extra: dict[str, str] = field(default_factory=dict)
+    heartbeat_s: float = 10.0  # relay stream heartbeats
+    reconcile_s: float = 5.0  # compare served snapshot versions with the database this often
+    replica_id: str = field(default_factory=lambda: "cp-" + secrets.token_hex(4))
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -26,4 +29,6 @@ class Settings:
             redis_url=env.get("VANE_REDIS_URL") or None,
             max_body_bytes=int(env.get("VANE_MAX_BODY_BYTES") or MAX_BODY_BYTES),
             bootstrap=(env.get("VANE_BOOTSTRAP", "1") not in {"0", "false", "no"}),
+            heartbeat_s=float(env.get("VANE_HEARTBEAT_S") or 10.0),
+            reconcile_s=float(env.get("VANE_RECONCILE_S") or 5.0),
         )

@@ -32,7 +32,9 @@ class EnvironmentState:
     etag: str
 
     @classmethod
-    def build(cls, snapshot: Snapshot, access: Access, *, received_at: float | None = None) -> EnvironmentState:
+    def build(
+        cls, snapshot: Snapshot, access: Access, *, received_at: float | None = None
+    ) -> EnvironmentState:
         return cls(
             environment=snapshot.environment,
             version=snapshot.version,
@@ -103,7 +105,7 @@ class Store:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    async def wait_for_change(self, environment: str, timeout: float) -> bool:
+    async def wait_for_change(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait until ``environment`` gets a new state; False on timeout."""
         event = asyncio.Event()
         self._waiters.setdefault(environment, []).append(event)

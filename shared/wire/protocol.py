@@ -23,14 +23,14 @@ from shared.wire.snapshot import (
 )
 
 
-class AccessKey(WireStruct):
+class AccessKey(WireStruct, frozen=True):
     id: str
     kind: str  # "public" | "server"
     hash: str  # sha256 hex of the full token
     origins: tuple[str, ...] = ()
 
 
-class Access(WireStruct):
+class Access(WireStruct, frozen=True):
     keys: tuple[AccessKey, ...] = ()
 
 
@@ -38,23 +38,23 @@ class Message(msgspec.Struct, tag_field="type", rename="camel", frozen=True, omi
     """Base of protocol messages."""
 
 
-class Hello(Message, tag="hello"):
+class Hello(Message, tag="hello", frozen=True):
     relay: str  # the relay's self-chosen id (for logs and metrics)
     versions: dict[str, int] = {}
     schema_version: int = SCHEMA_VERSION
 
 
-class Welcome(Message, tag="welcome"):
+class Welcome(Message, tag="welcome", frozen=True):
     environments: tuple[str, ...]
     heartbeat_ms: int
 
 
-class SnapshotMessage(Message, tag="snapshot"):
+class SnapshotMessage(Message, tag="snapshot", frozen=True):
     snapshot: Snapshot
     access: Access
 
 
-class Patch(Message, tag="patch"):
+class Patch(Message, tag="patch", frozen=True):
     """Turns version ``from_version`` of ``environment`` into ``version``."""
 
     environment: str
@@ -68,11 +68,11 @@ class Patch(Message, tag="patch"):
     access: Access | None = None
 
 
-class Ping(Message, tag="ping"):
+class Ping(Message, tag="ping", frozen=True):
     sent_at: int  # epoch milliseconds
 
 
-class Pong(Message, tag="pong"):
+class Pong(Message, tag="pong", frozen=True):
     sent_at: int  # echoed from the Ping
 
 
@@ -80,8 +80,8 @@ ToRelay = Welcome | SnapshotMessage | Patch | Ping | Pong
 ToControlPlane = Hello | Ping | Pong
 
 _encoder = msgspec.msgpack.Encoder()
-_to_relay = msgspec.msgpack.Decoder(ToRelay)
-_to_control_plane = msgspec.msgpack.Decoder(ToControlPlane)
+_to_relay: msgspec.msgpack.Decoder[ToRelay] = msgspec.msgpack.Decoder(ToRelay)
+_to_control_plane: msgspec.msgpack.Decoder[ToControlPlane] = msgspec.msgpack.Decoder(ToControlPlane)
 
 
 def encode(message: Message) -> bytes:

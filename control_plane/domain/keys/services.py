@@ -67,9 +67,18 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
     row.created_at = utcnow()
     scope.session.add(row)
     await scope.session.flush()
+    await _access_changed(scope, row)
     out = key_out(row, env.key if env else None)
     scope.audit("key.create", "key", row.id, after=out)
     return s.CreatedKey(**{f: getattr(out, f) for f in out.__struct_fields__}, key=token)
+
+
+async def _access_changed(scope: Scope, row: ApiKey) -> None:
+    """Relays check public and server keys themselves: republish who may call them."""
+    if row.kind == KeyKind.PUBLIC.value and row.environment_id:
+        await scope.changed([row.environment_id])
+    elif row.kind == KeyKind.SERVER.value:
+        await scope.changed(env.id for env in await scope.environments())
 
 
 async def list_keys(scope: Scope, *, include_revoked: bool) -> list[s.Key]:
@@ -100,6 +109,7 @@ async def revoke_key(scope: Scope, key_id: str) -> s.Key:
     before = key_out(row, env_key)
     row.revoked_at = utcnow()
     await scope.session.flush()
+    await _access_changed(scope, row)
     after = key_out(row, env_key)
     scope.audit("key.revoke", "key", row.id, before=before, after=after)
     return after

@@ -1,0 +1,92 @@
+"""Between control-plane replicas: a Redis pub/sub notice per committed change.
+
+The notice names the environments; each replica recompiles them from the shared database and
+pushes to its own relays. A notice lost while Redis was away is caught by the hub's periodic
+reconcile, which compares versions with the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Iterable
+
+from redis import asyncio as aioredis
+
+from control_plane.publishing.hub import Hub
+
+logger = logging.getLogger("vane.fanout")
+
+CHANNEL = "vane:environments-changed"
+
+
+class RedisFanout:
+    def __init__(self, url: str, hub: Hub, replica_id: str) -> None:
+        self._url = url
+        self._hub = hub
+        self._replica_id = replica_id
+        self._redis: aioredis.Redis | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.subscribed = asyncio.Event()
+
+    async def start(self) -> None:
+        self._redis = aioredis.from_url(self._url)
+        self._task = asyncio.create_task(self._listen_forever())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    async def publish(self, project_id: str, environment_ids: Iterable[str]) -> None:
+        if self._redis is None:
+            return
+        notice = json.dumps(
+            {
+                "origin": self._replica_id,
+                "project": project_id,
+                "environments": sorted(environment_ids),
+            }
+        )
+        try:
+            await self._redis.publish(CHANNEL, notice)
+        except Exception:  # Redis away: the other replicas' reconcile will catch up
+            logger.exception("could not publish a change notice to Redis")
+
+    async def _listen_forever(self) -> None:
+        delay = 0.2
+        while True:
+            try:
+                await self._listen()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("Redis subscription lost; retrying in %.1f s", delay)
+                self.subscribed.clear()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                # whatever was published meanwhile is caught up from the database
+                await self._hub.reconcile()
+            else:
+                delay = 0.2
+
+    async def _listen(self) -> None:
+        assert self._redis is not None
+        pubsub = self._redis.pubsub()
+        try:
+            await pubsub.subscribe(CHANNEL)
+            self.subscribed.set()
+            async for message in pubsub.listen():
+                if message.get("type") != "message":
+                    continue
+                notice = json.loads(message["data"])
+                if notice.get("origin") == self._replica_id:
+                    continue
+                await self._hub.refresh(notice.get("environments", []))
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -1,0 +1,218 @@
+"""Per-environment snapshot feeds and the relays connected to this control-plane replica.
+
+After a commit changes an environment, ``Hub.refresh`` compiles its snapshot from the database
+(with the version bumped in that commit), keeps the encoded full snapshot and the patch from the
+previous version, and marks the environment pending on every relay connection that reads it.
+
+Delivery is latest-wins per relay: a connection holds at most one pending marker per
+environment, and its sender decides at send time what to send — nothing if the relay is
+current, the chain of patches from the relay's version if the feed still has it, or the full
+snapshot. A slow relay therefore never queues more than one item per environment, and never
+delays the others (each connection has its own sender task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from control_plane.db.models import ApiKey, Environment
+from control_plane.publishing.compiler import compile_environment
+from shared.wire import protocol as p
+from shared.wire.snapshot import Snapshot
+
+logger = logging.getLogger("vane.publishing")
+
+PATCH_HISTORY = 64
+
+
+@dataclass
+class Feed:
+    """The newest snapshot of one environment and the recent patches that led to it."""
+
+    environment_id: str
+    project_id: str
+    snapshot: Snapshot
+    access: p.Access
+    full_frame: bytes
+    patches: deque[tuple[int, int, bytes]] = field(
+        default_factory=lambda: deque(maxlen=PATCH_HISTORY)
+    )
+
+    @property
+    def key(self) -> str:
+        return self.snapshot.environment
+
+    @property
+    def version(self) -> int:
+        return self.snapshot.version
+
+    def frames_since(self, version: int | None) -> list[bytes]:
+        """What a relay at ``version`` needs: nothing, consecutive patches, or the full snapshot."""
+        if version == self.version:
+            return []
+        patches = list(self.patches)
+        for index, (start, _end, _frame) in enumerate(patches):
+            if start == version:
+                return [frame for _start, _end, frame in patches[index:]]
+        return [self.full_frame]
+
+
+@dataclass(eq=False)
+class Connection:
+    """One relay's websocket: what it may read, what it holds, what is pending for it."""
+
+    relay_id: str
+    project_id: str
+    environment_ids: frozenset[str]
+    versions: dict[str, int] = field(default_factory=dict)  # by environment key
+    pending: set[str] = field(default_factory=set)  # environment ids
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def mark(self, environment_id: str) -> None:
+        self.pending.add(environment_id)
+        self.wake.set()
+
+
+class Hub:
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+        self._sessionmaker = sessionmaker
+        self.feeds: dict[str, Feed] = {}
+        self.connections: set[Connection] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # --- building feeds ---------------------------------------------------------------------
+
+    async def _access(self, session: AsyncSession, environment: Environment) -> p.Access:
+        rows = await session.execute(
+            select(
+                ApiKey.id, ApiKey.kind, ApiKey.secret_hash, ApiKey.origins, ApiKey.environment_id
+            )
+            .where(
+                ApiKey.project_id == environment.project_id,
+                ApiKey.revoked_at.is_(None),
+                ApiKey.kind.in_(("public", "server")),
+            )
+            .order_by(ApiKey.id)
+        )
+        keys = tuple(
+            p.AccessKey(id=key_id, kind=kind, hash=secret_hash, origins=tuple(origins or ()))
+            for key_id, kind, secret_hash, origins, env_id in rows
+            if kind == "server" or env_id == environment.id
+        )
+        return p.Access(keys=keys)
+
+    async def _build(self, environment_id: str) -> tuple[Snapshot, p.Access] | None:
+        async with self._sessionmaker() as session:
+            environment = await session.get(Environment, environment_id)
+            if environment is None:
+                return None
+            snapshot = await compile_environment(session, environment)
+            access = await self._access(session, environment)
+            return snapshot, access
+
+    async def feed(self, environment_id: str) -> Feed | None:
+        """The environment's feed, compiled on first use."""
+        feed = self.feeds.get(environment_id)
+        if feed is None:
+            await self.refresh_one(environment_id)
+            feed = self.feeds.get(environment_id)
+        return feed
+
+    async def refresh(self, environment_ids: Iterable[str]) -> None:
+        for environment_id in sorted(set(environment_ids)):
+            await self.refresh_one(environment_id)
+
+    async def refresh_one(self, environment_id: str) -> None:
+        """Recompile one environment; if its version moved on, tell every relay that reads it."""
+        lock = self._locks.setdefault(environment_id, asyncio.Lock())
+        async with lock:
+            built = await self._build(environment_id)
+            if built is None:
+                return
+            snapshot, access = built
+            old = self.feeds.get(environment_id)
+            if old is not None and snapshot.version <= old.version:
+                return
+            full = p.encode(p.SnapshotMessage(snapshot=snapshot, access=access))
+            project_id = await self._project_of(environment_id)
+            feed = Feed(environment_id, project_id, snapshot, access, full)
+            if old is not None:
+                feed.patches = old.patches
+                patch = p.diff(old.snapshot, snapshot, access if access != old.access else None)
+                feed.patches.append((old.version, snapshot.version, p.encode(patch)))
+            self.feeds[environment_id] = feed
+        for connection in self.connections:
+            if environment_id in connection.environment_ids:
+                connection.mark(environment_id)
+
+    async def _project_of(self, environment_id: str) -> str:
+        async with self._sessionmaker() as session:
+            project_id = await session.scalar(
+                select(Environment.project_id).where(Environment.id == environment_id)
+            )
+        return project_id or ""
+
+    async def reconcile(self) -> None:
+        """Catch up with changes this replica was not told about (a missed Redis notice)."""
+        if not self.feeds:
+            return
+        async with self._sessionmaker() as session:
+            rows = await session.execute(
+                select(Environment.id, Environment.snapshot_version).where(
+                    Environment.id.in_(list(self.feeds))
+                )
+            )
+            stale = [env_id for env_id, version in rows if version > self.feeds[env_id].version]
+        await self.refresh(stale)
+
+    async def environments_of(
+        self, project_id: str, environment_id: str | None
+    ) -> list[Environment]:
+        async with self._sessionmaker() as session:
+            query = select(Environment).where(Environment.project_id == project_id)
+            if environment_id is not None:
+                query = query.where(Environment.id == environment_id)
+            return list(
+                await session.scalars(query.order_by(Environment.created_at, Environment.key))
+            )
+
+    # --- serving relays -----------------------------------------------------------------------
+
+    def attach(self, connection: Connection) -> None:
+        self.connections.add(connection)
+
+    def detach(self, connection: Connection) -> None:
+        self.connections.discard(connection)
+
+    async def frames_for(self, connection: Connection) -> list[bytes]:
+        """Everything pending for ``connection``; updates what it is known to hold."""
+        frames: list[bytes] = []
+        while connection.pending:
+            environment_id = connection.pending.pop()
+            feed = await self.feed(environment_id)
+            if feed is None:
+                continue
+            frames.extend(feed.frames_since(connection.versions.get(feed.key)))
+            connection.versions[feed.key] = feed.version
+        return frames
+
+
+async def run_reconciler(hub: Hub, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await hub.reconcile()
+        except Exception:
+            logger.exception("reconciling snapshot feeds failed; retrying in %.0f s", every_s)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,129 @@
+"""The websocket relays connect to (``rsk_`` key): see ``shared.wire.protocol``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from litestar import WebSocket, websocket
+from litestar.exceptions import WebSocketDisconnect
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from control_plane.auth import KeyKind, Principal, find_principal, requires
+from control_plane.publishing.hub import Connection, Hub, now_ms
+from shared.wire import protocol as p
+
+logger = logging.getLogger("vane.publishing")
+
+CLOSE_REVOKED = 4401
+CLOSE_PROTOCOL = 4400
+CLOSE_SILENT = 4408
+
+
+class RelaySession:
+    """One connected relay: a sender, a receiver and a heartbeat, sharing one send lock."""
+
+    def __init__(
+        self, socket: WebSocket[Any, Any, Any], hub: Hub, connection: Connection, heartbeat_s: float
+    ) -> None:
+        self.socket = socket
+        self.hub = hub
+        self.connection = connection
+        self.heartbeat_s = heartbeat_s
+        self.last_heard = time.monotonic()
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, frame: bytes) -> None:
+        async with self._send_lock:
+            await self.socket.send_bytes(frame)
+
+    async def sender(self) -> None:
+        while True:
+            await self.connection.wake.wait()
+            self.connection.wake.clear()
+            for frame in await self.hub.frames_for(self.connection):
+                await self.send(frame)
+
+    async def receiver(self) -> None:
+        while True:
+            message = p.decode_to_control_plane(await self.socket.receive_bytes())
+            self.last_heard = time.monotonic()
+            match message:
+                case p.Hello(versions=versions):  # a relay asking to resync
+                    self.connection.versions = dict(versions)
+                    for environment_id in self.connection.environment_ids:
+                        self.connection.mark(environment_id)
+                case p.Ping(sent_at=sent_at):
+                    await self.send(p.encode(p.Pong(sent_at=sent_at)))
+                case p.Pong():
+                    pass
+
+    async def heartbeat(self, token: str) -> None:
+        sessionmaker: async_sessionmaker[AsyncSession] = self.socket.app.state.sessionmaker
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            if time.monotonic() - self.last_heard > 3 * self.heartbeat_s:
+                await self.socket.close(CLOSE_SILENT, "no heartbeat from relay")
+                return
+            async with sessionmaker() as session:
+                if await find_principal(session, token) is None:
+                    await self.socket.close(CLOSE_REVOKED, "relay key revoked")
+                    return
+            await self.send(p.encode(p.Ping(sent_at=now_ms())))
+
+
+@websocket("/relay/stream", guards=[requires(KeyKind.RELAY)], include_in_schema=False)
+async def relay_stream(socket: WebSocket[Principal, str, Any]) -> None:
+    hub: Hub = socket.app.state.hub
+    heartbeat_s: float = socket.app.state.settings.heartbeat_s
+    principal = socket.user
+    await socket.accept()
+    try:
+        hello = p.decode_to_control_plane(await socket.receive_bytes())
+    except WebSocketDisconnect:
+        return
+    if not isinstance(hello, p.Hello):
+        await socket.close(CLOSE_PROTOCOL, "the first message must be hello")
+        return
+    environments = await hub.environments_of(principal.project_id, principal.environment_id)
+    connection = Connection(
+        relay_id=hello.relay,
+        project_id=principal.project_id,
+        environment_ids=frozenset(e.id for e in environments),
+        versions=dict(hello.versions),
+    )
+    session = RelaySession(socket, hub, connection, heartbeat_s)
+    await session.send(
+        p.encode(
+            p.Welcome(
+                environments=tuple(e.key for e in environments),
+                heartbeat_ms=int(heartbeat_s * 1000),
+            )
+        )
+    )
+    for environment in environments:
+        connection.mark(environment.id)
+    hub.attach(connection)
+    logger.info("relay %s connected (%d environments)", hello.relay, len(environments))
+    tasks = [
+        asyncio.create_task(session.sender()),
+        asyncio.create_task(session.receiver()),
+        asyncio.create_task(session.heartbeat(socket.auth)),
+    ]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            error = task.exception()
+            if error is not None and not isinstance(error, WebSocketDisconnect):
+                logger.warning("relay %s stream ended: %r", hello.relay, error)
+    finally:
+        hub.detach(connection)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        logger.info("relay %s disconnected", hello.relay)

@@ -1,0 +1,216 @@
+"""``vane up``: a control plane and a relay on this machine, on the embedded default (SQLite)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from control_plane.auth import find_principal
+from control_plane.bootstrap import IssuedKey
+from control_plane.db.engine import make_async_engine
+from control_plane.domain.keys import schemas as key_schemas
+from control_plane.domain.keys import services as keys
+
+KEYS_FILE = Path(".vane/first-keys.json")
+LOG_DIR = Path(".vane/logs")
+
+
+def save_keys(issued: list[IssuedKey]) -> None:
+    KEYS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    data = {key.kind.value: {"token": key.token, "environment": key.environment} for key in issued}
+    KEYS_FILE.write_text(json.dumps(data, indent=2))
+    KEYS_FILE.chmod(0o600)
+
+
+async def _valid(url: str, token: str) -> bool:
+    engine = make_async_engine(url)
+    try:
+        async with async_sessionmaker(engine)() as session:
+            return await find_principal(session, token) is not None
+    finally:
+        await engine.dispose()
+
+
+def known_keys(url: str) -> dict[str, dict[str, str | None]]:
+    """The first keys kept in .vane/ by an earlier `vane up`, if they still work."""
+    if not KEYS_FILE.exists():
+        return {}
+    data: dict[str, dict[str, str | None]] = json.loads(KEYS_FILE.read_text())
+    return {
+        kind: info
+        for kind, info in data.items()
+        if info.get("token") and asyncio.run(_valid(url, str(info["token"])))
+    }
+
+
+def ensure_relay_key(url: str, saved: dict[str, dict[str, str | None]]) -> str:
+    if "relay" in saved and saved["relay"]["token"]:
+        return str(saved["relay"]["token"])
+    from control_plane.cli import in_project
+
+    created = asyncio.run(
+        in_project(
+            "default",
+            lambda scope: keys.create_key(
+                scope, key_schemas.KeyCreate(kind="relay", name="vane up")
+            ),
+        )
+    )
+    saved["relay"] = {"token": created.key, "environment": None}
+    KEYS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    KEYS_FILE.write_text(json.dumps(saved, indent=2))
+    KEYS_FILE.chmod(0o600)
+    return created.key
+
+
+def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(log, "ab")  # noqa: SIM115 - the child keeps it
+    return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{url} exited early; see {log}:\n" + log.read_text()[-2000:])
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready after {timeout:.0f} s; see {log}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
+    if issued:
+        save_keys(issued)
+    saved = known_keys(url)
+    relay_key = ensure_relay_key(url, saved)
+    python = sys.executable
+    cp_url = f"http://{args.host}:{args.port}"
+    relay_url = f"http://{args.host}:{args.relay_port}"
+    env_note = {"VANE_DATABASE_URL": url}
+    os.environ.update(env_note)
+    control_plane = _spawn(
+        [
+            python,
+            "-m",
+            "control_plane.cli",
+            "control-plane",
+            "--host",
+            args.host,
+            "--port",
+            str(args.port),
+        ],
+        LOG_DIR / "control-plane.log",
+    )
+    relay = None
+    try:
+        _wait_ready(f"{cp_url}/readyz", control_plane, LOG_DIR / "control-plane.log")
+        relay = _spawn(
+            [
+                python,
+                "-m",
+                "control_plane.cli",
+                "relay",
+                "--upstream",
+                cp_url,
+                "--key",
+                relay_key,
+                "--host",
+                args.host,
+                "--port",
+                str(args.relay_port),
+                "--data-dir",
+                ".vane/relay",
+            ],
+            LOG_DIR / "relay.log",
+        )
+        _wait_ready(f"{relay_url}/readyz", relay, LOG_DIR / "relay.log")
+        _banner(cp_url, relay_url, url, saved)
+        stop = {"now": False}
+
+        def on_signal(*_: object) -> None:
+            stop["now"] = True
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        while not stop["now"]:
+            for name, process in (("control plane", control_plane), ("relay", relay)):
+                if process.poll() is not None:
+                    print(
+                        f"{name} exited ({process.returncode}); stopping. Logs: {LOG_DIR}/",
+                        file=sys.stderr,
+                    )
+                    return 1
+            time.sleep(0.2)
+        print("stopping…")
+        return 0
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if relay is not None:
+            _stop(relay)
+        _stop(control_plane)
+
+
+def _banner(
+    cp_url: str, relay_url: str, database_url: str, saved: dict[str, dict[str, str | None]]
+) -> None:
+    print()
+    print("Vane is up (Ctrl-C stops both):")
+    print(f"  control plane  {cp_url}/api/v1   (API docs {cp_url}/schema/swagger)")
+    print(
+        f"  relay          {relay_url}        (OFREP {relay_url}/ofrep/v1, browser SDK {relay_url}/sdk/v1)"
+    )
+    print(f"  database       {database_url}")
+    print(f"  logs           {LOG_DIR}/")
+    print()
+    print("Keys (kept in .vane/first-keys.json; more with `vane keys create`):")
+    for kind in ("management", "server", "relay", "public"):
+        info = saved.get(kind)
+        if info:
+            where = f" [{info['environment']}]" if info.get("environment") else ""
+            print(f"  {kind:<10} {info['token']}{where}")
+    management = saved.get("management", {}).get("token")
+    public = saved.get("public", {}).get("token")
+    if management:
+        print()
+        print("Try:")
+        print(
+            f"  curl -s -X POST {cp_url}/api/v1/flags -H 'Authorization: Bearer {management}' "
+            "-H 'Content-Type: application/json' -d '{\"key\":\"new-checkout\"}'"
+        )
+        print(
+            f"  curl -s -X POST {cp_url}/api/v1/flags/new-checkout/environments/production/toggle "
+            f"-H 'Authorization: Bearer {management}' -H 'Content-Type: application/json' -d '{{\"enabled\":true}}'"
+        )
+    if public:
+        print(
+            f"  curl -s -X POST {relay_url}/ofrep/v1/evaluate/flags -H 'Authorization: Bearer {public}' "
+            '-H \'Content-Type: application/json\' -d \'{"context":{"targetingKey":"user-1"}}\''
+        )
+    sys.stdout.flush()

@@ -1,0 +1,92 @@
+"""The relay process: load last-known-good snapshots, sync with the control plane, serve HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from relay.http import build_http_app
+from relay.metrics import RelayMetrics
+from relay.persistence import SnapshotFiles
+from relay.settings import RelaySettings
+from relay.store import EnvironmentState, Store
+from relay.sync import SyncClient
+from shared.engine import CompileError
+
+logger = logging.getLogger("vane.relay")
+
+Scope = dict[str, Any]
+
+
+class RelayApp:
+    """An ASGI app: ``lifespan`` starts and stops the sync client; ``http`` goes to the routes."""
+
+    def __init__(self, settings: RelaySettings) -> None:
+        self.settings = settings
+        self.store = Store(stale_after=settings.stale_after_s)
+        self.files = SnapshotFiles(settings.data_dir)
+        self.metrics = RelayMetrics(self.store)
+        self.sync = SyncClient(settings, self.store, self.files)
+        self.http = build_http_app(self.store, settings, self.metrics)
+        self._task: asyncio.Task[None] | None = None
+
+    def load_saved(self) -> None:
+        for saved in self.files.load_all():
+            try:
+                state = EnvironmentState.build(
+                    saved.snapshot, saved.access, received_at=saved.saved_at
+                )
+            except CompileError:
+                logger.exception(
+                    "saved snapshot of %s does not compile", saved.snapshot.environment
+                )
+                continue
+            self.store.swap(state)
+            logger.info(
+                "serving saved %s v%d until upstream answers", state.environment, state.version
+            )
+
+    async def startup(self) -> None:
+        self.load_saved()
+        self.files.start()
+        self._task = asyncio.create_task(self.sync.run())
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await self.files.stop()
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        await self.http(scope, receive, send)
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    logger.exception("relay failed to start")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def create_app_from_env() -> RelayApp:
+    """Granian factory: settings from ``VANE_RELAY_*``."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    return RelayApp(RelaySettings.from_env())
