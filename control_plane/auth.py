@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from litestar.connection import ASGIConnection
+from litestar.exceptions import WebSocketException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from sqlalchemy import select
@@ -109,6 +110,14 @@ def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     return token.strip()
 
 
+def refuse(connection: ASGIConnection[Any, Any, Any, Any], status: int, message: str) -> Exception:
+    """The error to raise: JSON for HTTP; a close code of 4000 + status for a websocket."""
+    if connection.scope["type"] == "websocket":
+        return WebSocketException(detail=message, code=4000 + status)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return ApiError(status, message, headers=headers)
+
+
 class KeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
     """Resolves ``Authorization: Bearer <key>`` to a ``Principal`` (401 when missing or unknown)."""
 
@@ -117,18 +126,14 @@ class KeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
     ) -> AuthenticationResult:
         token = bearer_token(connection)
         if token is None:
-            raise ApiError(
-                401,
-                "missing API key: send the header 'Authorization: Bearer <key>'",
-                headers={"WWW-Authenticate": "Bearer"},
+            raise refuse(
+                connection, 401, "missing API key: send the header 'Authorization: Bearer <key>'"
             )
         sessionmaker: async_sessionmaker[AsyncSession] = connection.app.state.sessionmaker
         async with sessionmaker() as session:
             principal = await find_principal(session, token)
         if principal is None:
-            raise ApiError(
-                401, "unknown or revoked API key", headers={"WWW-Authenticate": "Bearer"}
-            )
+            raise refuse(connection, 401, "unknown or revoked API key")
         return AuthenticationResult(user=principal, auth=token)
 
 
@@ -148,7 +153,8 @@ def requires(*kinds: KeyKind) -> Any:
     def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         principal: Principal = connection.user
         if principal.kind not in allowed:
-            raise ApiError(
+            raise refuse(
+                connection,
                 403,
                 f"this endpoint needs {wanted}; the key presented is {_KIND_LABELS[principal.kind]}",
             )
