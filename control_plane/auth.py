@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from litestar.connection import ASGIConnection
+from litestar.enums import ScopeType
 from litestar.exceptions import WebSocketException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
@@ -112,7 +113,7 @@ def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
 
 def refuse(connection: ASGIConnection[Any, Any, Any, Any], status: int, message: str) -> Exception:
     """The error to raise: JSON for HTTP; a close code of 4000 + status for a websocket."""
-    if connection.scope["type"] == "websocket":
+    if connection.scope["type"] == ScopeType.WEBSOCKET:
         return WebSocketException(detail=message, code=4000 + status)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return ApiError(status, message, headers=headers)
