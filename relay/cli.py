@@ -19,6 +19,7 @@ def add_relay_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=os.environ.get("VANE_RELAY_KEY"),
         help="relay key rsk_… (default: $VANE_RELAY_KEY)",
     )
+    relay.add_argument("--key-file", help="read the relay key from this file instead")
     relay.add_argument("--host", default="127.0.0.1")
     relay.add_argument("--port", type=int, default=8100)
     relay.add_argument(
@@ -32,6 +33,9 @@ def add_relay_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def cmd_relay(args: argparse.Namespace) -> int:
     from granian import Granian
 
+    if args.key_file:
+        with open(args.key_file) as handle:
+            args.key = handle.read().strip()
     if not args.key or not args.key.startswith("rsk_"):
         print("a relay key (rsk_…) is required: --key or VANE_RELAY_KEY", file=sys.stderr)
         return 2
