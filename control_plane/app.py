@@ -24,6 +24,7 @@ from control_plane.db.engine import make_async_engine
 from control_plane.deps import provide_scope
 from control_plane.domain.coderefs.controllers import CodeRefController
 from control_plane.domain.environments.controllers import EnvironmentController
+from control_plane.domain.events.controllers import EventController
 from control_plane.domain.flags.controllers import FlagController
 from control_plane.domain.keys.controllers import KeyController
 from control_plane.domain.segments.controllers import SegmentController
@@ -42,6 +43,7 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     EnvironmentController,
     KeyController,
     CodeRefController,
+    EventController,
     relay_stream,
 ]
 UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/schema"]

@@ -89,7 +89,7 @@ _AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _NAMED_FIELD = re.compile(r"(?:missing required field|contains unknown field) `(?P<name>[^`]+)`")
 
 
-def _field_from_msgspec(error: msgspec.ValidationError) -> FieldError:
+def field_from_msgspec(error: msgspec.ValidationError) -> FieldError:
     match = _AT.match(str(error))
     message = match.group("message") if match else str(error)
     path = (match.group("path") or "") if match else ""
@@ -107,7 +107,7 @@ def decode_json_body(raw: bytes, model: type[Any]) -> Any:
     try:
         return msgspec.json.decode(raw, type=model, strict=True)
     except msgspec.ValidationError as exc:
-        raise invalid_many([_field_from_msgspec(exc)]) from exc
+        raise invalid_many([field_from_msgspec(exc)]) from exc
     except msgspec.DecodeError as exc:
         raise ApiError(
             400, f"request body is not valid JSON: {exc}", code="malformed_json"

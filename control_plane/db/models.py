@@ -171,3 +171,32 @@ class AuditEntry(Base):
     environment: Mapped[str | None] = mapped_column(String(128), nullable=True)
     before: Mapped[Any] = mapped_column(Json, nullable=True)
     after: Mapped[Any] = mapped_column(Json, nullable=True)
+
+
+class Event(Base):
+    """The one event store: every path (server, management, relay, browser) lands here.
+
+    ``event_id`` is unique per project forever (NULLs excepted): the database, not a
+    check-then-insert, decides what is a duplicate.
+    """
+
+    __tablename__ = "events"
+    __table_args__ = (
+        UniqueConstraint("project_id", "event_id"),
+        Index("ix_events_name_ts", "project_id", "event", "ts"),
+        Index("ix_events_unit_ts", "project_id", "unit", "ts"),
+        Index("ix_events_ts", "project_id", "ts", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    event_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    unit: Mapped[str] = mapped_column(String(200))
+    event: Mapped[str] = mapped_column(String(200))
+    value: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # minor units
+    currency: Mapped[str | None] = mapped_column(String(3), nullable=True)
+    props: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    ts: Mapped[int] = mapped_column(BigInteger)  # epoch milliseconds
+    received_at: Mapped[int] = mapped_column(BigInteger)  # epoch milliseconds
+    source: Mapped[str] = mapped_column(String(16))  # server | management | relay | browser

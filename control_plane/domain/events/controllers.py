@@ -1,0 +1,72 @@
+"""Event endpoints: ingest (server, management or relay key) and inspection (management key)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, get, post
+from litestar.params import FromQuery, JSONBody, QueryParameter
+
+from control_plane.auth import KeyKind, Principal, requires
+from control_plane.deps import Ctx
+from control_plane.domain.events import schemas as s
+from control_plane.domain.events import services
+from control_plane.errors import StrictBody
+
+INGEST = [requires(KeyKind.SERVER, KeyKind.MANAGEMENT, KeyKind.RELAY)]
+
+
+class EventController(Controller):
+    path = "/"
+    tags = ["events"]
+
+    @post(
+        "/track",
+        dto=StrictBody[s.EventIn],
+        return_dto=None,
+        status_code=200,
+        guards=INGEST,
+        summary="Send one event",
+    )
+    async def track(
+        self, ctx: Ctx, request: Request[Principal, Any, Any], data: JSONBody[s.EventIn]
+    ) -> s.Ack:
+        now = services.now_ms()
+        return await services.ingest(ctx, request.user.kind, [services.parse_one(data, now)], now)
+
+    @post(
+        "/events",
+        dto=StrictBody[s.EventBatchIn],
+        return_dto=None,
+        status_code=200,
+        guards=INGEST,
+        summary="Send a batch of up to 1000 events; refused whole if any item is invalid",
+    )
+    async def batch(
+        self, ctx: Ctx, request: Request[Principal, Any, Any], data: JSONBody[s.EventBatchIn]
+    ) -> s.Ack:
+        now = services.now_ms()
+        return await services.ingest(
+            ctx, request.user.kind, services.parse_batch(data.events, now), now
+        )
+
+    @get("/events", guards=[requires(KeyKind.MANAGEMENT)], summary="Stored events, newest first")
+    async def list_events(
+        self,
+        ctx: Ctx,
+        event: FromQuery[str | None] = None,
+        unit: FromQuery[str | None] = None,
+        since: FromQuery[int | None] = None,
+        until: FromQuery[int | None] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        cursor: FromQuery[str | None] = None,
+    ) -> s.EventPage:
+        return await services.list_events(
+            ctx, event=event, unit=unit, since=since, until=until, limit=limit, cursor=cursor
+        )
+
+    @get("/events/stats", guards=[requires(KeyKind.MANAGEMENT)], summary="Counts per event name")
+    async def stats(
+        self, ctx: Ctx, since: FromQuery[int | None] = None, until: FromQuery[int | None] = None
+    ) -> s.EventStats:
+        return await services.stats(ctx, since=since, until=until)

@@ -1,0 +1,231 @@
+"""Event ingest and inspection.
+
+Exactly once: the insert is ``INSERT … ON CONFLICT (project_id, event_id) DO NOTHING
+RETURNING id`` in one statement per batch, on PostgreSQL and SQLite alike, so a repeat — in
+the same batch, a later one, or a concurrent request on another replica — is never stored
+twice; whatever the database skipped is reported as a duplicate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from control_plane.auth import KeyKind
+from control_plane.db.models import Event
+from control_plane.domain.common import Scope
+from control_plane.domain.events import schemas as s
+from control_plane.domain.events.currencies import ISO_4217
+from control_plane.domain.flags.validation import Problems
+from control_plane.errors import ApiError, FieldError, field_from_msgspec, invalid_many
+
+MAX_BATCH = 1000
+MAX_PROPS_BYTES = 16 * 1024
+MAX_TEXT = 200
+MAX_URL = 2048
+EARLIEST_TS = 946_684_800_000  # 2000-01-01: anything earlier is almost surely seconds, not ms
+FUTURE_SLACK_MS = 24 * 3600 * 1000
+
+_SOURCES = {KeyKind.SERVER: "server", KeyKind.MANAGEMENT: "management", KeyKind.RELAY: "relay"}
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _text(problems: Problems, field: str, value: str, limit: int = MAX_TEXT) -> None:
+    if not value.strip():
+        problems.add(field, "must not be blank")
+    elif len(value) > limit:
+        problems.add(field, f"at most {limit} characters")
+
+
+def check_event(problems: Problems, prefix: str, item: s.EventIn, now: int) -> None:
+    _text(problems, f"{prefix}unit", item.unit)
+    _text(problems, f"{prefix}event", item.event)
+    if isinstance(item.value, float) and not (
+        math.isfinite(item.value) and item.value == int(item.value)
+    ):
+        example = (
+            f" (for {item.value:g} send {round(item.value * 100)})"
+            if math.isfinite(item.value)
+            else ""
+        )
+        problems.add(
+            f"{prefix}value",
+            "value is an integer amount in minor units (cents): send 4999 for 49.99" + example,
+        )
+    if item.value is not None and isinstance(item.value, int) and abs(item.value) >= 2**63:
+        problems.add(f"{prefix}value", "out of range")
+    if item.currency is not None and item.currency not in ISO_4217:
+        problems.add(f"{prefix}currency", "an ISO 4217 code in capitals, e.g. EUR or USD")
+    if item.props is not None and len(msgspec.json.encode(item.props)) > MAX_PROPS_BYTES:
+        problems.add(f"{prefix}props", "at most 16 KiB of JSON")
+    if item.url is not None and len(item.url) > MAX_URL:
+        problems.add(f"{prefix}url", f"at most {MAX_URL} characters")
+    if item.ts is not None and not EARLIEST_TS <= item.ts <= now + FUTURE_SLACK_MS:
+        problems.add(
+            f"{prefix}ts", "epoch milliseconds, not in the future (seconds? multiply by 1000)"
+        )
+    if item.event_id is not None:
+        _text(problems, f"{prefix}eventId", item.event_id)
+
+
+def parse_batch(raw_items: Sequence[Any], now: int) -> list[s.EventIn]:
+    """Every item checked; if any is bad the whole batch is refused, naming each bad field."""
+    problems = Problems()
+    if not raw_items:
+        problems.add("events", "send 1 to 1000 events")
+    if len(raw_items) > MAX_BATCH:
+        problems.add("events", f"at most {MAX_BATCH} events per batch (got {len(raw_items)})")
+    problems.raise_if_any()
+    items: list[s.EventIn] = []
+    for index, raw in enumerate(raw_items):
+        prefix = f"events[{index}]."
+        try:
+            item = msgspec.convert(raw, s.EventIn, strict=True)
+        except msgspec.ValidationError as exc:
+            problems.items.append(_item_error(prefix, exc))
+            continue
+        check_event(problems, prefix, item, now)
+        items.append(item)
+    problems.raise_if_any()
+    return items
+
+
+def _item_error(prefix: str, exc: msgspec.ValidationError) -> FieldError:
+    detail = field_from_msgspec(exc)
+    field = detail.field if detail.field != "body" else ""
+    return FieldError(f"{prefix}{field}".rstrip("."), detail.message)
+
+
+def parse_one(item: s.EventIn, now: int) -> s.EventIn:
+    problems = Problems()
+    check_event(problems, "", item, now)
+    problems.raise_if_any()
+    return item
+
+
+def _source(scope: Scope, kind: KeyKind, item: s.EventIn) -> str:
+    if item.source is not None:
+        if kind is not KeyKind.RELAY:
+            raise invalid_many([FieldError("source", "only relays say where an event came from")])
+        return item.source
+    return _SOURCES.get(kind, "server")
+
+
+async def ingest(scope: Scope, kind: KeyKind, items: Sequence[s.EventIn], now: int) -> s.Ack:
+    if not items:
+        return s.Ack(accepted=0, duplicates=0)
+    rows = [
+        {
+            "project_id": scope.project_id,
+            "event_id": item.event_id,
+            "unit": item.unit,
+            "event": item.event,
+            "value": int(item.value) if item.value is not None else None,
+            "currency": item.currency,
+            "props": item.props,
+            "url": item.url,
+            "ts": item.ts if item.ts is not None else now,
+            "received_at": now,
+            "source": _source(scope, kind, item),
+        }
+        for item in items
+    ]
+    dialect = scope.session.bind.dialect.name if scope.session.bind is not None else "sqlite"
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = (
+        insert(Event)
+        .values(rows)
+        .on_conflict_do_nothing(index_elements=["project_id", "event_id"])
+        .returning(Event.id)
+    )
+    inserted = len((await scope.session.execute(statement)).all())
+    return s.Ack(accepted=inserted, duplicates=len(rows) - inserted)
+
+
+def _event_out(row: Event) -> s.EventOut:
+    return s.EventOut(
+        id=row.id,
+        unit=row.unit,
+        event=row.event,
+        ts=row.ts,
+        received_at=row.received_at,
+        source=row.source,
+        event_id=row.event_id,
+        value=row.value,
+        currency=row.currency,
+        props=row.props,
+        url=row.url,
+    )
+
+
+async def list_events(
+    scope: Scope,
+    *,
+    event: str | None,
+    unit: str | None,
+    since: int | None,
+    until: int | None,
+    limit: int,
+    cursor: str | None,
+) -> s.EventPage:
+    query = select(Event).where(Event.project_id == scope.project_id)
+    if event is not None:
+        query = query.where(Event.event == event)
+    if unit is not None:
+        query = query.where(Event.unit == unit)
+    if since is not None:
+        query = query.where(Event.ts >= since)
+    if until is not None:
+        query = query.where(Event.ts < until)
+    if cursor:
+        try:
+            cursor_ts, cursor_id = (int(part) for part in cursor.split(":", 1))
+        except ValueError as exc:
+            raise ApiError(
+                422,
+                "cursor: not a cursor from a previous page",
+                details=[FieldError("cursor", "not a cursor from a previous page")],
+            ) from exc
+        query = query.where(
+            (Event.ts < cursor_ts) | ((Event.ts == cursor_ts) & (Event.id < cursor_id))
+        )
+    rows = list(
+        await scope.session.scalars(
+            query.order_by(Event.ts.desc(), Event.id.desc()).limit(limit + 1)
+        )
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return s.EventPage(
+        events=[_event_out(r) for r in rows],
+        next_cursor=f"{rows[-1].ts}:{rows[-1].id}" if more and rows else None,
+    )
+
+
+async def stats(scope: Scope, *, since: int | None, until: int | None) -> s.EventStats:
+    query = select(
+        Event.event,
+        func.count(),
+        func.count(func.distinct(Event.unit)),
+        func.min(Event.ts),
+        func.max(Event.ts),
+    ).where(Event.project_id == scope.project_id)
+    if since is not None:
+        query = query.where(Event.ts >= since)
+    if until is not None:
+        query = query.where(Event.ts < until)
+    rows = (await scope.session.execute(query.group_by(Event.event).order_by(Event.event))).all()
+    items = [
+        s.EventStat(event=name, count=count, units=units, first_ts=first, last_ts=last)
+        for name, count, units, first, last in rows
+    ]
+    return s.EventStats(events=items, total=sum(i.count for i in items))

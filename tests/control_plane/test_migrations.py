@@ -1,0 +1,23 @@
+"""The migrations build exactly the schema the models describe, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine
+
+from control_plane.db import migrate
+from control_plane.db.engine import sync_url
+from control_plane.db.models import Base
+
+
+def test_migrations_match_models(database_url: str) -> None:
+    migrate.upgrade(database_url)
+    engine = create_engine(sync_url(database_url))
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            assert compare_metadata(context, Base.metadata) == []
+            assert context.get_current_revision() == migrate.head_revision()
+    finally:
+        engine.dispose()
