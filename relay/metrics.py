@@ -1,0 +1,129 @@
+"""The relay's Prometheus metrics, on a registry of its own.
+
+Counters on the request path are plain ``dict`` increments (a labelled prometheus_client
+counter takes a lock and builds a label tuple per call, a noticeable share of a relay request);
+a custom collector turns them, the store's per-environment state and any registered gauge
+callbacks into metric families when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from relay.store import Store
+
+PREFIX = "vane_relay_"
+
+GaugeValue = float | Mapping[tuple[str, ...], float]
+
+
+class RelayMetrics:
+    """Counts what the relay serves; reads snapshot versions and ages from the store at scrape."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.evaluations: dict[str, int] = {}
+        self.requests: dict[tuple[str, int], int] = {}
+        self._gauges: list[tuple[str, str, Sequence[str], Callable[[], GaugeValue]]] = []
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+
+    def count_evaluations(self, environment: str, n: int) -> None:
+        self.evaluations[environment] = self.evaluations.get(environment, 0) + n
+
+    def count_request(self, route: str, status: int) -> None:
+        key = (route, status)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def register_gauge_callback(
+        self,
+        name: str,
+        help: str,
+        fn: Callable[[], GaugeValue],
+        labels: Sequence[str] = (),
+    ) -> None:
+        """Add a gauge whose value ``fn`` computes at each scrape.
+
+        ``name`` gets the ``vane_relay_`` prefix. Without ``labels`` ``fn`` returns a number;
+        with them it returns ``{(label values...): number}``. For example the event spool::
+
+            metrics.register_gauge_callback("spool_depth", "Events waiting upstream.", spool.depth)
+        """
+        self._gauges.append((PREFIX + name, help, tuple(labels), fn))
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
+        evaluations = CounterMetricFamily(
+            PREFIX + "evaluations",
+            "Flag evaluations served to browsers.",
+            labels=["environment"],
+        )
+        for env, n in sorted(self.evaluations.items()):
+            evaluations.add_metric([env], n)
+        yield evaluations
+
+        requests = CounterMetricFamily(
+            PREFIX + "http_requests",
+            "HTTP requests answered, by route template and status.",
+            labels=["route", "status"],
+        )
+        for (route, status), n in sorted(self.requests.items()):
+            requests.add_metric([route, str(status)], n)
+        yield requests
+
+        version = GaugeMetricFamily(
+            PREFIX + "snapshot_version",
+            "Snapshot version served per environment.",
+            labels=["environment"],
+        )
+        age = GaugeMetricFamily(
+            PREFIX + "snapshot_age_seconds",
+            "Seconds since the served snapshot version was received (or loaded from disk).",
+            labels=["environment"],
+        )
+        now = time.time()
+        for env, state in sorted(self.store.states.items()):
+            version.add_metric([env], state.version)
+            age.add_metric([env], max(0.0, now - state.received_at))
+        yield version
+        yield age
+
+        yield GaugeMetricFamily(
+            PREFIX + "upstream_connected",
+            "1 while the websocket to the control plane is up.",
+            value=1.0 if self.store.connected else 0.0,
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "stale",
+            "1 while the relay is cut off from the control plane (serving last known good).",
+            value=1.0 if self.store.stale else 0.0,
+        )
+
+        for name, help, labels, fn in self._gauges:
+            value = fn()
+            if isinstance(value, Mapping):
+                gauge = GaugeMetricFamily(name, help, labels=list(labels))
+                for label_values, number in value.items():
+                    gauge.add_metric(list(label_values), float(number))
+                yield gauge
+            else:
+                yield GaugeMetricFamily(name, help, value=float(value))
+
+
+class _Collector(Collector):
+    def __init__(self, metrics: RelayMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self.metrics.collect()

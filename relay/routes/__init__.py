@@ -1,0 +1,317 @@
+"""What every browser (``pk_``) endpoint shares: admission, request contexts, cached encodings.
+
+Admission, in order: a key (``Authorization: Bearer`` or OFREP's ``X-API-Key``; none or unknown
+is 401), of kind ``public`` (else 403), called from an origin its allow-list admits (else 403
+*without* an allow-origin header, so the page cannot read the answer), within its rate limit
+(else 429 with ``Retry-After``), with a body of at most 1 MiB (else 413), for an environment the
+relay holds a snapshot of (else 503). Every answer carries the CORS header set; the origin is
+reflected on all of them except the allow-list refusal.
+
+``View`` holds JSON fragments derived from one ``EnvironmentState``. The engine returns shared,
+immutable ``Evaluation`` objects built at compile time, so the encoded form of each one (per flag,
+per API) is computed once and joined into responses; the view keeps a reference to every
+evaluation it has encoded (so an ``id()`` is never reused while cached) and is replaced with the
+state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import msgspec
+
+from relay.http import (
+    ErrorBody,
+    Headers,
+    PayloadTooLarge,
+    Request,
+    Response,
+    cors_headers,
+    json_encode,
+)
+from relay.metrics import RelayMetrics
+from relay.settings import RelaySettings
+from relay.store import Caller, EnvironmentState, Store
+from shared.engine import Evaluation, Reason, ofrep_error_code, openfeature_reason
+from shared.wire.protocol import AccessKey
+
+__all__ = ["Admission", "Browser", "ContextError", "RateLimiter", "View", "parse_context"]
+
+MAX_CACHED_PER_FLAG = 1024  # compile-time evaluations per flag are few; this only guards memory
+
+
+class RateLimiter:
+    """A token bucket per public key id, local to this relay process."""
+
+    def __init__(self, rate_per_s: float, burst: int) -> None:
+        self.rate = rate_per_s
+        self.burst = float(burst if burst > 0 else max(1, math.ceil(rate_per_s)))
+        self.buckets: dict[str, list[float]] = {}  # key id -> [tokens, monotonic time]
+
+    def retry_after(self, key_id: str, now: float) -> int:
+        """0 when a request may pass (and take a token), else whole seconds to wait."""
+        bucket = self.buckets.get(key_id)
+        if bucket is None:
+            self.buckets[key_id] = [self.burst - 1.0, now]
+            return 0
+        tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+        bucket[1] = now
+        if tokens >= 1.0:
+            bucket[0] = tokens - 1.0
+            return 0
+        bucket[0] = tokens
+        return max(1, math.ceil((1.0 - tokens) / self.rate))
+
+
+def origin_allowed(key: AccessKey, origin: bytes) -> bool:
+    """An empty allow-list, or one holding ``*``, admits every origin."""
+    origins = key.origins
+    if not origins or "*" in origins:
+        return True
+    return origin.decode("latin-1") in origins
+
+
+def bearer_token(headers: dict[bytes, bytes]) -> str | None:
+    auth = headers.get(b"authorization")
+    if auth is not None:
+        scheme, _, value = auth.partition(b" ")
+        if scheme.lower() == b"bearer" and value.strip():
+            return value.strip().decode("latin-1")
+    api_key = headers.get(b"x-api-key")
+    if api_key is not None and api_key.strip():
+        return api_key.strip().decode("latin-1")
+    return None
+
+
+# --------------------------------------------------------------------------------- contexts
+
+
+class _Body(msgspec.Struct):
+    context: msgspec.Raw = msgspec.Raw()
+
+
+_body_decoder = msgspec.json.Decoder(_Body)
+_context_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+class ContextError(Exception):
+    """A request body the endpoint cannot use; ``malformed`` when it is not JSON at all."""
+
+    def __init__(self, message: str, *, malformed: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.malformed = malformed
+
+
+def parse_context(body: bytes) -> tuple[dict[str, Any], msgspec.Raw]:
+    """The ``context`` object of ``{"context": {...}}`` and its raw bytes (for ETags)."""
+    try:
+        raw = _body_decoder.decode(body).context
+    except msgspec.ValidationError as exc:
+        # msgspec may report a type mismatch before it sees that the JSON is broken (``[``)
+        try:
+            msgspec.json.decode(body)
+        except msgspec.DecodeError as broken:
+            message = f"request body is not valid JSON: {broken}"
+            raise ContextError(message, malformed=True) from exc
+        raise ContextError(f"request body must be a JSON object: {exc}", malformed=False) from exc
+    except msgspec.DecodeError as exc:
+        raise ContextError(f"request body is not valid JSON: {exc}", malformed=True) from exc
+    if not raw:
+        raise ContextError("context is required", malformed=False)
+    try:
+        context = _context_decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ContextError("context must be an object", malformed=False) from exc
+    return context, raw
+
+
+def targeting_key_problem(context: dict[str, Any]) -> tuple[str, str] | None:
+    """``(errorCode, errorDetails)`` when the context has no usable key, else None.
+
+    A key of the wrong type is INVALID_CONTEXT; no key at all is TARGETING_KEY_MISSING (the
+    engine accepts ``key`` or OpenFeature's ``targetingKey``, a non-empty string).
+    """
+    for name in ("key", "targetingKey"):
+        value = context.get(name)
+        if value.__class__ is str and value:
+            return None
+    for name in ("key", "targetingKey"):
+        value = context.get(name)
+        if value is not None and not isinstance(value, str):
+            return "INVALID_CONTEXT", f"context.{name} must be a string"
+    return "TARGETING_KEY_MISSING", "context needs a non-empty targetingKey (or key)"
+
+
+# ------------------------------------------------------------------------------------ views
+
+_ERROR_DETAILS = {
+    "FLAG_NOT_FOUND": "flag not found",
+    "PARSE_ERROR": "the flag's configuration could not be compiled",
+    "TARGETING_KEY_MISSING": "context needs a non-empty targetingKey (or key)",
+    "GENERAL": "the flag could not be evaluated",
+}
+
+
+class View:
+    """JSON fragments for one environment state: per flag and evaluation, for each API."""
+
+    __slots__ = ("_pinned", "bulk_metadata", "etag_seed", "ofrep", "sdk", "state", "version_bytes")
+
+    def __init__(self, state: EnvironmentState) -> None:
+        self.state = state
+        self.version_bytes = str(state.version).encode()
+        self.etag_seed = state.etag.encode()
+        self.bulk_metadata = b'"metadata":{"version":' + self.version_bytes + b"}"
+        client = [key for key, _ in state.compiled.client_runs]
+        self.ofrep: dict[str, dict[int, bytes]] = {key: {} for key in client}
+        self.sdk: dict[str, dict[int, bytes]] = {key: {} for key in client}
+        self._pinned: list[Evaluation] = []
+
+    def _remember(self, cache: dict[int, bytes], evaluation: Evaluation, item: bytes) -> None:
+        if len(cache) < MAX_CACHED_PER_FLAG:
+            cache[id(evaluation)] = item
+            self._pinned.append(evaluation)
+
+    def ofrep_item(self, key: str, evaluation: Evaluation) -> bytes:
+        """One OFREP bulk item: ``evaluationSuccess`` or ``evaluationFailure`` (cached)."""
+        cache = self.ofrep.get(key)
+        if cache is not None:
+            item = cache.get(id(evaluation))
+            if item is not None:
+                return item
+        item = json_encode(self.ofrep_object(key, evaluation))
+        if cache is not None:
+            self._remember(cache, evaluation, item)
+        return item
+
+    def ofrep_object(self, key: str, evaluation: Evaluation) -> dict[str, Any]:
+        metadata = {"version": self.state.version}
+        code = ofrep_error_code(evaluation)
+        if code is not None:
+            return {
+                "key": key,
+                "errorCode": code,
+                "errorDetails": _ERROR_DETAILS.get(code, _ERROR_DETAILS["GENERAL"]),
+                "metadata": metadata,
+            }
+        variant = evaluation.variation_name or str(evaluation.variation)
+        return {
+            "key": key,
+            "value": evaluation.value,
+            "reason": openfeature_reason(evaluation),
+            "variant": variant,
+            "metadata": metadata,
+        }
+
+    def sdk_item(self, key: str, evaluation: Evaluation) -> bytes:
+        """``"key":{value, variation, reason[, variationName | errorCode]}`` (cached)."""
+        cache = self.sdk.get(key)
+        if cache is not None:
+            item = cache.get(id(evaluation))
+            if item is not None:
+                return item
+        entry: dict[str, Any] = {
+            "value": evaluation.value,
+            "variation": evaluation.variation,
+            "reason": evaluation.reason.value,
+        }
+        if evaluation.reason is Reason.ERROR:
+            entry["errorCode"] = ofrep_error_code(evaluation)
+        elif evaluation.variation_name:
+            entry["variationName"] = evaluation.variation_name
+        item = json_encode(key) + b":" + json_encode(entry)
+        if cache is not None:
+            self._remember(cache, evaluation, item)
+        return item
+
+
+class Views:
+    """The current ``View`` per environment, rebuilt the first time a new state is seen."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, View] = {}
+
+    def of(self, state: EnvironmentState) -> View:
+        view = self._views.get(state.environment)
+        if view is None or view.state is not state:
+            view = View(state)
+            self._views[state.environment] = view
+        return view
+
+
+# -------------------------------------------------------------------------------- admission
+
+
+class Admission:
+    """A request that passed the browser gate."""
+
+    __slots__ = ("body", "caller", "headers", "state", "view")
+
+    def __init__(
+        self, caller: Caller, state: EnvironmentState, view: View, body: bytes, headers: Headers
+    ) -> None:
+        self.caller = caller
+        self.state = state
+        self.view = view
+        self.body = body
+        self.headers = headers  # CORS set for this request; extend, do not share
+
+
+class Browser:
+    """The gate and shared services of the ``pk_`` endpoints."""
+
+    def __init__(self, store: Store, settings: RelaySettings, metrics: RelayMetrics) -> None:
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.views = Views()
+        self.limiter = (
+            RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
+            if settings.rate_limit_per_s > 0
+            else None
+        )
+
+    async def admit(self, request: Request, error_body: ErrorBody) -> Admission | Response:
+        """Check the key, origin, rate and body; take the environment's state once."""
+        headers = request.headers
+        origin = headers.get(b"origin")
+        token = bearer_token(headers)
+        if token is None:
+            message = "a public key is required: Authorization: Bearer pk_..."
+            return Response(401, error_body(401, message), cors_headers(origin))
+        caller = self.store.caller(token)
+        if caller is None:
+            return Response(401, error_body(401, "unknown or revoked key"), cors_headers(origin))
+        refused = self.check_key(caller.key, origin, error_body)
+        if refused is not None:
+            return refused
+        try:
+            body = await request.body()
+        except PayloadTooLarge:
+            message = "request body is larger than the limit of 1 MiB"
+            return Response(413, error_body(413, message), cors_headers(origin))
+        state = self.store.get(caller.environment)
+        if state is None:
+            return Response(503, error_body(503, "relay has no snapshot yet"), cors_headers(origin))
+        return Admission(caller, state, self.views.of(state), body, cors_headers(origin))
+
+    def check_key(
+        self, key: AccessKey, origin: bytes | None, error_body: ErrorBody
+    ) -> Response | None:
+        """The key's kind, origin allow-list and rate limit; a refusal, or None to go on."""
+        if key.kind != "public":
+            message = "only public (pk_) keys may call browser endpoints"
+            return Response(403, error_body(403, message), cors_headers(origin))
+        if origin is not None and not origin_allowed(key, origin):
+            message = "this key may not be used from this origin"
+            return Response(403, error_body(403, message), cors_headers(None))
+        if self.limiter is not None:
+            wait = self.limiter.retry_after(key.id, time.monotonic())
+            if wait:
+                headers = cors_headers(origin)
+                headers.append((b"retry-after", str(wait).encode()))
+                return Response(429, error_body(429, "rate limit exceeded"), headers)
+        return None

@@ -1,0 +1,141 @@
+"""The OpenFeature Remote Evaluation Protocol (``anchors/ofrep-openapi.yaml``) for ``pk_`` keys.
+
+* ``POST /ofrep/v1/evaluate/flags/{key}``: 200 ``evaluationSuccess``; 400 ``evaluationFailure``
+  (``PARSE_ERROR`` for a body that is not JSON or a flag that did not compile,
+  ``INVALID_CONTEXT``, ``TARGETING_KEY_MISSING``); 404 ``FLAG_NOT_FOUND`` for unknown, archived
+  and server-side-only flags; 500 ``GENERAL``.
+* ``POST /ofrep/v1/evaluate/flags``: 200 ``{"flags": [...], "metadata", "eventStreams"}`` with an
+  ``ETag``; ``If-None-Match`` equal to it → 304; 400 ``bulkEvaluationFailure``.
+
+Success items always carry ``variant`` (the variation's name, else its index) and ``metadata``
+(``{"version": <snapshot version>}``); nothing about rules, segments or prerequisites.
+
+The bulk ETag is a hash of the environment's snapshot identity, the public key id, the current
+SSE token window (see ``sse``) and the raw ``context`` bytes: it changes with every snapshot
+version, differs per context, and never lets a 304 keep an event-stream token alive past half
+its lifetime. It is deterministic, so every relay serving the same version agrees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from relay.http import Request, Response, Router, json_encode, ofrep_error_body
+from relay.routes import Admission, Browser, ContextError, parse_context, targeting_key_problem
+from relay.routes.sse import EventStreams
+from shared.engine import evaluate, evaluate_all, ofrep_error_code
+
+BULK_PATH = "/ofrep/v1/evaluate/flags"
+SINGLE_PATH = "/ofrep/v1/evaluate/flags/{key}"
+
+
+def register(router: Router, browser: Browser, streams: EventStreams) -> None:
+    routes = OfrepRoutes(browser, streams)
+    router.add("POST", BULK_PATH, routes.bulk, error_body=ofrep_error_body, cors=True)
+    router.add("POST", SINGLE_PATH, routes.single, error_body=ofrep_error_body, cors=True)
+
+
+def _failure(code: str, details: str, key: str | None = None) -> bytes:
+    if key is None:
+        return json_encode({"errorCode": code, "errorDetails": details})
+    return json_encode({"key": key, "errorCode": code, "errorDetails": details})
+
+
+def etag_matches(if_none_match: bytes, etag: bytes) -> bool:
+    """RFC 9110 weak comparison against a list of entity tags (or ``*``)."""
+    if if_none_match == etag:
+        return True
+    for candidate in if_none_match.split(b","):
+        tag = candidate.strip()
+        if tag == b"*" or tag.removeprefix(b"W/") == etag:
+            return True
+    return False
+
+
+class OfrepRoutes:
+    def __init__(self, browser: Browser, streams: EventStreams) -> None:
+        self.browser = browser
+        self.streams = streams
+        self.metrics = browser.metrics
+
+    async def bulk(self, request: Request) -> Response:
+        admitted = await self.browser.admit(request, ofrep_error_body)
+        if not isinstance(admitted, Admission):
+            return admitted
+        headers = admitted.headers
+        try:
+            context, raw = parse_context(admitted.body)
+        except ContextError as exc:
+            code = "PARSE_ERROR" if exc.malformed else "INVALID_CONTEXT"
+            return Response(400, _failure(code, exc.message), headers)
+        problem = targeting_key_problem(context)
+        if problem is not None:
+            return Response(400, _failure(*problem), headers)
+
+        state = admitted.state
+        view = admitted.view
+        key_id = admitted.caller.key.id
+        now = time.time()
+        digest = hashlib.blake2b(view.etag_seed, digest_size=16)
+        digest.update(b"|%s|%d|" % (key_id.encode(), self.streams.tokens.window(now)))
+        digest.update(raw)
+        etag = b'"' + digest.hexdigest().encode() + b'"'
+        headers.append((b"etag", etag))
+        if_none_match = request.headers.get(b"if-none-match")
+        if if_none_match is not None and etag_matches(if_none_match, etag):
+            return Response(304, b"", headers[1:])  # no body, so no content type
+
+        evaluations = evaluate_all(state.compiled, context, int(now * 1000), client_side_only=True)
+        item = view.ofrep_item
+        cache = view.ofrep
+        parts = []
+        for key, evaluation in evaluations.items():
+            encoded = cache[key].get(id(evaluation))
+            parts.append(encoded if encoded is not None else item(key, evaluation))
+        self.metrics.count_evaluations(state.environment, len(parts))
+        streams = self.streams.entry(request, state.environment, key_id, state.version)
+        body = b"".join(
+            (
+                b'{"flags":[',
+                b",".join(parts),
+                b"],",
+                view.bulk_metadata,
+                b',"eventStreams":',
+                streams,
+                b"}",
+            )
+        )
+        return Response(200, body, headers)
+
+    async def single(self, request: Request) -> Response:
+        key = request.param or ""
+        admitted = await self.browser.admit(request, ofrep_error_body)
+        if not isinstance(admitted, Admission):
+            return admitted
+        headers = admitted.headers
+        try:
+            context, _ = parse_context(admitted.body)
+        except ContextError as exc:
+            code = "PARSE_ERROR" if exc.malformed else "INVALID_CONTEXT"
+            return Response(400, _failure(code, exc.message, key), headers)
+        state = admitted.state
+        flag = state.compiled.flags.get(key)
+        if flag is None or not flag.client_side:
+            return Response(
+                404, _failure("FLAG_NOT_FOUND", f"flag {key!r} not found", key), headers
+            )
+        problem = targeting_key_problem(context)
+        if problem is not None:
+            return Response(400, _failure(*problem, key), headers)
+
+        evaluation = evaluate(state.compiled, key, context, time.time_ns() // 1_000_000)
+        self.metrics.count_evaluations(state.environment, 1)
+        error = ofrep_error_code(evaluation)
+        if error is None:
+            return Response(200, admitted.view.ofrep_item(key, evaluation), headers)
+        if error == "FLAG_NOT_FOUND":
+            return Response(404, _failure(error, f"flag {key!r} not found", key), headers)
+        if error == "GENERAL":
+            return Response(500, _failure(error, "the flag could not be evaluated", key), headers)
+        return Response(400, admitted.view.ofrep_item(key, evaluation), headers)

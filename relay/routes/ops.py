@@ -1,0 +1,41 @@
+"""Operations endpoints, no key: ``/healthz`` (the process answers), ``/readyz`` (a snapshot for
+every environment the control plane named), ``/metrics`` (Prometheus text format)."""
+
+from __future__ import annotations
+
+import time
+
+from relay.http import CONTENT_JSON, Request, Response, Router, json_encode
+from relay.metrics import RelayMetrics
+from relay.store import Store
+
+_HEALTHY = json_encode({"status": "ok"})
+
+
+def register(router: Router, store: Store, metrics: RelayMetrics) -> None:
+    async def healthz(request: Request) -> Response:
+        return Response(200, _HEALTHY, [CONTENT_JSON, (b"cache-control", b"no-store")])
+
+    async def readyz(request: Request) -> Response:
+        now = time.time()
+        ready = store.ready
+        body = {
+            "ready": ready,
+            "stale": store.stale,
+            "connected": store.connected,
+            "environments": {
+                env: {"version": state.version, "ageSeconds": round(now - state.received_at, 3)}
+                for env, state in sorted(store.states.items())
+            },
+        }
+        headers = [CONTENT_JSON, (b"cache-control", b"no-store")]
+        return Response(200 if ready else 503, json_encode(body), headers)
+
+    content_type = (b"content-type", metrics.content_type.encode())
+
+    async def scrape(request: Request) -> Response:
+        return Response(200, metrics.render(), [content_type])
+
+    router.add("GET", "/healthz", healthz)
+    router.add("GET", "/readyz", readyz)
+    router.add("GET", "/metrics", scrape)

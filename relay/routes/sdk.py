@@ -1,0 +1,55 @@
+"""Vane's own browser API: ``POST /sdk/v1/flags`` → resolved values of every client-side flag.
+
+``{"context": {...}}`` → ``{"flags": {key: {"value", "variation", "reason"[, "variationName"]}}}``
+with Vane's reasons (``RULE_MATCH``, ``FALLTHROUGH``, ...). Values only: no rule ids or indexes,
+no clauses, no segments.
+
+A context without a usable key (``key`` or ``targetingKey``, a non-empty string) is not a request
+error here: the answer is 200 and every flag's entry is ``{"value": null, "variation": null,
+"reason": "ERROR", "errorCode": "TARGETING_KEY_MISSING"}``, as the engine reports it, so a page
+falls back to its code defaults flag by flag exactly as it would for one unknown flag.
+"""
+
+from __future__ import annotations
+
+import time
+
+from relay.http import Request, Response, Router, vane_error, vane_error_body
+from relay.routes import Admission, Browser, ContextError, parse_context
+from shared.engine import evaluate_all
+
+
+def register(router: Router, browser: Browser) -> None:
+    routes = SdkRoutes(browser)
+    router.add("POST", "/sdk/v1/flags", routes.flags, cors=True)
+
+
+class SdkRoutes:
+    def __init__(self, browser: Browser) -> None:
+        self.browser = browser
+        self.metrics = browser.metrics
+
+    async def flags(self, request: Request) -> Response:
+        admitted = await self.browser.admit(request, vane_error_body)
+        if not isinstance(admitted, Admission):
+            return admitted
+        headers = admitted.headers
+        try:
+            context, _ = parse_context(admitted.body)
+        except ContextError as exc:
+            if exc.malformed:
+                return Response(400, vane_error(400, exc.message, code="malformed_json"), headers)
+            body = vane_error(422, f"context: {exc.message}", details=(("context", exc.message),))
+            return Response(422, body, headers)
+        state = admitted.state
+        view = admitted.view
+        now_ms = time.time_ns() // 1_000_000
+        evaluations = evaluate_all(state.compiled, context, now_ms, client_side_only=True)
+        item = view.sdk_item
+        cache = view.sdk
+        parts = []
+        for key, evaluation in evaluations.items():
+            encoded = cache[key].get(id(evaluation))
+            parts.append(encoded if encoded is not None else item(key, evaluation))
+        self.metrics.count_evaluations(state.environment, len(parts))
+        return Response(200, b'{"flags":{' + b",".join(parts) + b"}}", headers)

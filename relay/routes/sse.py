@@ -1,0 +1,292 @@
+"""OFREP change notifications: ``GET /ofrep/v1/events?token=...`` as server-sent events.
+
+A browser ``EventSource`` cannot send headers, so the bulk evaluation response names a URL that
+carries its own credential: ``base64url(["<environment>", "<key id>", <expiry>]) + "." +
+base64url(HMAC-SHA256(sse_secret, that JSON))``. Tokens are minted per time window of half their
+lifetime (and cached for it): any token handed out has between half and all of
+``sse_token_ttl_s`` left, and the bulk ETag includes the window, so a client that keeps getting
+304s still holds a token with at least half its lifetime left. The token is only checked when the
+stream opens; an open stream ends when its key leaves the environment's access (revoked).
+
+The stream: ``retry:`` first, then for every new snapshot version of the environment, the moment
+the store swaps it, ``id: <version>`` + ``data: {"type": "refetchEvaluation", "etag",
+"lastModified"}``, and a keep-alive comment when nothing else was sent for ``keepalive_s``. The
+URL also carries ``v``, the version the bulk response was computed from, and reconnects carry
+``Last-Event-ID``: when the current version differs, the first event is sent at once, so a change
+between the bulk fetch and the stream opening is not lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import time
+from typing import Any
+
+import msgspec
+
+from relay.http import (
+    EXPOSE,
+    VARY_ORIGIN,
+    Receive,
+    Request,
+    Response,
+    Router,
+    cors_headers,
+    json_encode,
+    ofrep_error_body,
+)
+from relay.routes import Browser, origin_allowed
+from relay.store import EnvironmentState, Store
+from shared.wire.protocol import AccessKey
+
+EVENTS_PATH = "/ofrep/v1/events"
+RETRY_MS = 1000
+
+_claims = msgspec.json.Decoder(tuple[str, str, int])
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class StreamTokens:
+    """Mints and checks the HMAC-signed tokens in event-stream URLs."""
+
+    def __init__(self, secret: bytes, ttl_s: int) -> None:
+        self.secret = secret
+        self.half = max(1, ttl_s // 2)
+        self._minted: dict[tuple[str, str], tuple[int, str]] = {}
+
+    def window(self, now: float) -> int:
+        return int(now) // self.half
+
+    def issue(self, environment: str, key_id: str, now: float) -> str:
+        window = int(now) // self.half
+        cached = self._minted.get((environment, key_id))
+        if cached is not None and cached[0] == window:
+            return cached[1]
+        expiry = (window + 2) * self.half  # between ttl/2 and ttl from now
+        claims = json_encode((environment, key_id, expiry))
+        signature = hmac.digest(self.secret, claims, "sha256")
+        token = f"{_b64(claims)}.{_b64(signature)}"
+        self._minted[(environment, key_id)] = (window, token)
+        return token
+
+    def verify(self, token: str, now: float) -> tuple[str, str] | None:
+        """``(environment, key id)`` of a genuine, unexpired token, else None."""
+        encoded, dot, signature = token.partition(".")
+        if not dot:
+            return None
+        try:
+            claims = _unb64(encoded)
+            given = _unb64(signature)
+        except ValueError:
+            return None
+        if not hmac.compare_digest(hmac.digest(self.secret, claims, "sha256"), given):
+            return None
+        try:
+            environment, key_id, expiry = _claims.decode(claims)
+        except msgspec.DecodeError:
+            return None
+        if expiry <= now:
+            return None
+        return environment, key_id
+
+
+class _Subscription:
+    __slots__ = ("changed", "environment", "latest")
+
+    def __init__(self, environment: str) -> None:
+        self.environment = environment
+        self.changed = asyncio.Event()
+        self.latest: EnvironmentState | None = None
+
+
+class ChangeHub:
+    """One store listener fanning swaps out to the open streams of each environment."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._streams: dict[str, set[_Subscription]] = {}
+        self._listening = False
+
+    def subscribe(self, environment: str) -> _Subscription:
+        if not self._listening:
+            self.store.listen(self._on_swap)
+            self._listening = True
+        subscription = _Subscription(environment)
+        self._streams.setdefault(environment, set()).add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: _Subscription) -> None:
+        streams = self._streams.get(subscription.environment)
+        if streams is not None:
+            streams.discard(subscription)
+            if not streams:
+                del self._streams[subscription.environment]
+
+    def open_streams(self) -> int:
+        return sum(len(s) for s in self._streams.values())
+
+    def _on_swap(self, state: EnvironmentState) -> None:
+        for subscription in self._streams.get(state.environment, ()):
+            subscription.latest = state
+            subscription.changed.set()
+
+
+def _public_key(state: EnvironmentState, key_id: str) -> AccessKey | None:
+    for key in state.access.keys:
+        if key.id == key_id and key.kind == "public":
+            return key
+    return None
+
+
+def _last_modified(state: EnvironmentState) -> int:
+    generated = state.snapshot.generated_at
+    return generated // 1000 if generated else int(state.received_at)
+
+
+def refetch_event(state: EnvironmentState) -> bytes:
+    data = json_encode(
+        {"type": "refetchEvaluation", "etag": state.etag, "lastModified": _last_modified(state)}
+    )
+    return b"id: %d\ndata: %s\n\n" % (state.version, data)
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _error(status: int, message: str, origin: bytes | None) -> Response:
+    return Response(status, ofrep_error_body(status, message), cors_headers(origin))
+
+
+class EventStreams:
+    """The event-stream endpoint and the ``eventStreams`` entries that point at it."""
+
+    def __init__(self, browser: Browser, *, keepalive_s: float = 15.0) -> None:
+        self.browser = browser
+        self.store = browser.store
+        self.tokens = StreamTokens(browser.settings.sse_secret, browser.settings.sse_token_ttl_s)
+        self.hub = ChangeHub(browser.store)
+        self.keepalive_s = keepalive_s
+
+    def register(self, router: Router) -> None:
+        router.add("GET", EVENTS_PATH, self.events, cors=True)
+
+    def entry(self, request: Request, environment: str, key_id: str, version: int) -> bytes:
+        """The JSON ``eventStreams`` array for a bulk response to ``request``."""
+        headers = request.headers
+        scope = request.scope
+        forwarded = headers.get(b"x-forwarded-proto")
+        if forwarded:
+            scheme = forwarded.split(b",", 1)[0].strip().decode("latin-1")
+        else:
+            scheme = "https" if scope.get("scheme") in ("https", "wss") else "http"
+        host_header = headers.get(b"host")
+        if host_header:
+            host = host_header.decode("latin-1")
+        else:
+            server = scope.get("server") or ("localhost", None)
+            host = server[0] if server[1] is None else f"{server[0]}:{server[1]}"
+        token = self.tokens.issue(environment, key_id, time.time())
+        root = scope.get("root_path", "")
+        url = f"{scheme}://{host}{root}{EVENTS_PATH}?token={token}&v={version}"
+        return b'[{"type":"sse","url":' + json_encode(url) + b',"inactivityDelaySec":120}]'
+
+    async def events(self, request: Request) -> Response | None:
+        origin = request.headers.get(b"origin")
+        token = request.query("token")
+        claims = self.tokens.verify(token, time.time()) if token else None
+        if claims is None:
+            return _error(401, "missing, invalid or expired stream token", origin)
+        environment, key_id = claims
+        state = self.store.get(environment)
+        if state is None:
+            return _error(503, "relay has no snapshot yet", origin)
+        key = _public_key(state, key_id)
+        if key is None:
+            return _error(401, "unknown or revoked key", origin)
+        refused = self.browser.check_key(key, origin, ofrep_error_body)
+        if refused is not None:
+            return refused
+        await self._stream(request, state, key_id, origin)
+        return None
+
+    def _seen_version(self, request: Request) -> int | None:
+        for value in (request.headers.get(b"last-event-id"), request.query("v")):
+            if value:
+                with contextlib.suppress(ValueError):
+                    return int(value)
+        return None
+
+    async def _stream(
+        self, request: Request, state: EnvironmentState, key_id: str, origin: bytes | None
+    ) -> None:
+        send = request.send
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache, no-transform"),
+            (b"x-accel-buffering", b"no"),
+            VARY_ORIGIN,
+            EXPOSE,
+        ]
+        if origin is not None:
+            headers.append((b"access-control-allow-origin", origin))
+        subscription = self.hub.subscribe(state.environment)
+        disconnected = asyncio.ensure_future(_until_disconnect(request.receive))
+        changed: asyncio.Future[Any] | None = None
+        try:
+            request.started = True
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            first = b"retry: %d\n: vane relay event stream\n\n" % RETRY_MS
+            seen = self._seen_version(request)
+            if seen is not None and seen != state.version:
+                first += refetch_event(state)
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            while True:
+                waiter: asyncio.Future[Any] = asyncio.ensure_future(subscription.changed.wait())
+                changed = waiter
+                done, _ = await asyncio.wait(
+                    (waiter, disconnected),
+                    timeout=self.keepalive_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if disconnected in done:
+                    return
+                if waiter not in done:
+                    waiter.cancel()
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": b": keep-alive\n\n",
+                            "more_body": True,
+                        }
+                    )
+                    continue
+                subscription.changed.clear()
+                latest = subscription.latest
+                if latest is None:
+                    continue
+                key = _public_key(latest, key_id)
+                if key is None or (origin is not None and not origin_allowed(key, origin)):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                await send(
+                    {"type": "http.response.body", "body": refetch_event(latest), "more_body": True}
+                )
+        finally:
+            self.hub.unsubscribe(subscription)
+            disconnected.cancel()
+            if changed is not None:
+                changed.cancel()
