@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-* && touch $@
 
 up: $(STAMP)
-	$(BIN)/vane control-plane
+	$(BIN)/vane up
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
