@@ -69,7 +69,6 @@ SECRETS = (
     "bucketBy",
     "inRollout",
     "prerequisite",
-    "internal-ops",  # the server-side-only flag's key
 )
 
 
