@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from control_plane.domain.schemas import ApiIn, ApiOut
+from shared.wire import events
 
-Source = Literal["server", "management", "relay", "browser"]
-
-
-class EventIn(ApiIn):
-    unit: str
-    event: str
-    value: int | float | None = None  # a float is refused with a message about minor units
-    currency: str | None = None
-    props: dict[str, Any] | None = None
-    url: str | None = None
-    ts: int | None = None
-    event_id: str | None = None
-    source: Source | None = None  # relays say where a forwarded event came from
+EventIn = events.EventIn
 
 
 class EventBatchIn(ApiIn):

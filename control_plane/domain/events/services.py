@@ -8,12 +8,10 @@ twice; whatever the database skipped is reported as a duplicate.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
 from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -21,16 +19,8 @@ from control_plane.auth import KeyKind
 from control_plane.db.models import Event
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
-from control_plane.domain.events.currencies import ISO_4217
-from control_plane.domain.flags.validation import Problems
-from control_plane.errors import ApiError, FieldError, field_from_msgspec, invalid_many
-
-MAX_BATCH = 1000
-MAX_PROPS_BYTES = 16 * 1024
-MAX_TEXT = 200
-MAX_URL = 2048
-EARLIEST_TS = 946_684_800_000  # 2000-01-01: anything earlier is almost surely seconds, not ms
-FUTURE_SLACK_MS = 24 * 3600 * 1000
+from control_plane.errors import ApiError, FieldError, invalid_many
+from shared.wire import events
 
 _SOURCES = {KeyKind.SERVER: "server", KeyKind.MANAGEMENT: "management", KeyKind.RELAY: "relay"}
 
@@ -39,76 +29,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _text(problems: Problems, field: str, value: str, limit: int = MAX_TEXT) -> None:
-    if not value.strip():
-        problems.add(field, "must not be blank")
-    elif len(value) > limit:
-        problems.add(field, f"at most {limit} characters")
-
-
-def check_event(problems: Problems, prefix: str, item: s.EventIn, now: int) -> None:
-    _text(problems, f"{prefix}unit", item.unit)
-    _text(problems, f"{prefix}event", item.event)
-    if isinstance(item.value, float) and not (
-        math.isfinite(item.value) and item.value == int(item.value)
-    ):
-        example = (
-            f" (for {item.value:g} send {round(item.value * 100)})"
-            if math.isfinite(item.value)
-            else ""
-        )
-        problems.add(
-            f"{prefix}value",
-            "value is an integer amount in minor units (cents): send 4999 for 49.99" + example,
-        )
-    if item.value is not None and isinstance(item.value, int) and abs(item.value) >= 2**63:
-        problems.add(f"{prefix}value", "out of range")
-    if item.currency is not None and item.currency not in ISO_4217:
-        problems.add(f"{prefix}currency", "an ISO 4217 code in capitals, e.g. EUR or USD")
-    if item.props is not None and len(msgspec.json.encode(item.props)) > MAX_PROPS_BYTES:
-        problems.add(f"{prefix}props", "at most 16 KiB of JSON")
-    if item.url is not None and len(item.url) > MAX_URL:
-        problems.add(f"{prefix}url", f"at most {MAX_URL} characters")
-    if item.ts is not None and not EARLIEST_TS <= item.ts <= now + FUTURE_SLACK_MS:
-        problems.add(
-            f"{prefix}ts", "epoch milliseconds, not in the future (seconds? multiply by 1000)"
-        )
-    if item.event_id is not None:
-        _text(problems, f"{prefix}eventId", item.event_id)
+def _refuse(problems: list[events.Problem]) -> None:
+    if problems:
+        raise invalid_many([FieldError(field, message) for field, message in problems])
 
 
 def parse_batch(raw_items: Sequence[Any], now: int) -> list[s.EventIn]:
     """Every item checked; if any is bad the whole batch is refused, naming each bad field."""
-    problems = Problems()
-    if not raw_items:
-        problems.add("events", "send 1 to 1000 events")
-    if len(raw_items) > MAX_BATCH:
-        problems.add("events", f"at most {MAX_BATCH} events per batch (got {len(raw_items)})")
-    problems.raise_if_any()
-    items: list[s.EventIn] = []
-    for index, raw in enumerate(raw_items):
-        prefix = f"events[{index}]."
-        try:
-            item = msgspec.convert(raw, s.EventIn, strict=True)
-        except msgspec.ValidationError as exc:
-            problems.items.append(_item_error(prefix, exc))
-            continue
-        check_event(problems, prefix, item, now)
-        items.append(item)
-    problems.raise_if_any()
+    items, problems = events.parse_batch(raw_items, now)
+    _refuse(problems)
     return items
 
 
-def _item_error(prefix: str, exc: msgspec.ValidationError) -> FieldError:
-    detail = field_from_msgspec(exc)
-    field = detail.field if detail.field != "body" else ""
-    return FieldError(f"{prefix}{field}".rstrip("."), detail.message)
-
-
 def parse_one(item: s.EventIn, now: int) -> s.EventIn:
-    problems = Problems()
-    check_event(problems, "", item, now)
-    problems.raise_if_any()
+    _refuse(events.check_event(item, now))
     return item
 
 
@@ -129,7 +63,7 @@ async def ingest(scope: Scope, kind: KeyKind, items: Sequence[s.EventIn], now: i
             "event_id": item.event_id,
             "unit": item.unit,
             "event": item.event,
-            "value": int(item.value) if item.value is not None else None,
+            "value": events.integral(item.value),
             "currency": item.currency,
             "props": item.props,
             "url": item.url,

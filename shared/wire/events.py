@@ -1,0 +1,112 @@
+"""Event records and their field rules, shared by the control plane and relays (pure).
+
+``value`` is an integer in minor units (cents), ``ts`` epoch milliseconds; ``eventId`` makes a
+delivery idempotent. Checks return ``(field, message)`` pairs so each side renders its own error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import msgspec
+
+from shared.wire.currencies import ISO_4217
+
+MAX_BATCH = 1000
+MAX_PROPS_BYTES = 16 * 1024
+MAX_TEXT = 200
+MAX_URL = 2048
+EARLIEST_TS = 946_684_800_000  # 2000-01-01: anything earlier is almost surely seconds, not ms
+FUTURE_SLACK_MS = 24 * 3600 * 1000
+
+Source = Literal["server", "management", "relay", "browser"]
+Problem = tuple[str, str]
+
+
+class EventIn(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    unit: str
+    event: str
+    value: int | float | None = None  # a fractional value is refused with a message about cents
+    currency: str | None = None
+    props: dict[str, Any] | None = None
+    url: str | None = None
+    ts: int | None = None
+    event_id: str | None = None
+    source: Source | None = None  # relays say where a forwarded event came from
+
+
+def _text(problems: list[Problem], field: str, value: str, limit: int = MAX_TEXT) -> None:
+    if not value.strip():
+        problems.append((field, "must not be blank"))
+    elif len(value) > limit:
+        problems.append((field, f"at most {limit} characters"))
+
+
+def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
+    problems: list[Problem] = []
+    _text(problems, f"{prefix}unit", item.unit)
+    _text(problems, f"{prefix}event", item.event)
+    value = item.value
+    if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):
+        example = f" (for {value:g} send {round(value * 100)})" if math.isfinite(value) else ""
+        problems.append(
+            (
+                f"{prefix}value",
+                "value is an integer amount in minor units (cents): send 4999 for 49.99" + example,
+            )
+        )
+    elif value is not None and abs(value) >= 2**63:
+        problems.append((f"{prefix}value", "out of range"))
+    if item.currency is not None and item.currency not in ISO_4217:
+        problems.append((f"{prefix}currency", "an ISO 4217 code in capitals, e.g. EUR or USD"))
+    if item.props is not None and len(msgspec.json.encode(item.props)) > MAX_PROPS_BYTES:
+        problems.append((f"{prefix}props", "at most 16 KiB of JSON"))
+    if item.url is not None and len(item.url) > MAX_URL:
+        problems.append((f"{prefix}url", f"at most {MAX_URL} characters"))
+    if item.ts is not None and not EARLIEST_TS <= item.ts <= now_ms + FUTURE_SLACK_MS:
+        problems.append(
+            (f"{prefix}ts", "epoch milliseconds, not in the future (seconds? multiply by 1000)")
+        )
+    if item.event_id is not None:
+        _text(problems, f"{prefix}eventId", item.event_id)
+    return problems
+
+
+_AT = "- at `$"
+
+
+def _convert_problem(prefix: str, exc: msgspec.ValidationError) -> Problem:
+    text = str(exc)
+    message, _, path = text.partition(" " + _AT)
+    path = path.rstrip("`").lstrip(".")
+    for marker in ("missing required field `", "contains unknown field `"):
+        if marker in message:
+            name = message.split(marker, 1)[1].split("`", 1)[0]
+            path = f"{path}.{name}" if path else name
+    return (f"{prefix}{path}".rstrip("."), message)
+
+
+def parse_batch(raw_items: Sequence[Any], now_ms: int) -> tuple[list[EventIn], list[Problem]]:
+    """Items checked one by one; any problem means the caller refuses the whole batch."""
+    if not raw_items:
+        return [], [("events", f"send 1 to {MAX_BATCH} events")]
+    if len(raw_items) > MAX_BATCH:
+        return [], [("events", f"at most {MAX_BATCH} events per batch (got {len(raw_items)})")]
+    items: list[EventIn] = []
+    problems: list[Problem] = []
+    for index, raw in enumerate(raw_items):
+        prefix = f"events[{index}]."
+        try:
+            item = msgspec.convert(raw, EventIn, strict=True)
+        except msgspec.ValidationError as exc:
+            problems.append(_convert_problem(prefix, exc))
+            continue
+        problems.extend(check_event(item, now_ms, prefix))
+        items.append(item)
+    return items, problems
+
+
+def integral(value: int | float | None) -> int | None:
+    return None if value is None else int(value)
