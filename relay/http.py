@@ -15,8 +15,8 @@ response through ``request.send`` (server-sent events) and set ``request.started
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -24,6 +24,9 @@ import msgspec
 from relay.metrics import RelayMetrics
 from relay.settings import RelaySettings
 from relay.store import Store
+
+if TYPE_CHECKING:
+    from relay.routes import Browser
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -318,11 +321,29 @@ async def _preflight(request: Request) -> Response:
     return preflight(request)
 
 
+RouteRegistrar = Callable[[Router, "Browser"], None]
+"""Adds routes of another part of the relay (experiments, browser events, the tracker script).
+
+It gets the router and the ``Browser`` gate, so a ``pk_`` endpoint registered with ``cors=True``
+is admitted (key, origin, rate limit, body cap, state) exactly like the flag endpoints::
+
+    async def experiments(request: Request) -> Response:
+        admitted = await browser.admit(request, vane_error_body)
+        if not isinstance(admitted, Admission):
+            return admitted
+        ...
+        return Response(200, body, admitted.headers)
+
+    router.add("POST", "/sdk/v1/experiments", experiments, cors=True)
+"""
+
+
 def build_http_app(
     store: Store,
     settings: RelaySettings,
     metrics: RelayMetrics,
     *,
+    extra_routes: Iterable[RouteRegistrar] = (),
     sse_keepalive_s: float = 15.0,
 ) -> ASGIApp:
     """The relay's HTTP application (``http`` scopes only; the caller handles ``lifespan``)."""
@@ -335,4 +356,6 @@ def build_http_app(
     streams = sse.EventStreams(browser, keepalive_s=sse_keepalive_s)
     ofrep.register(router, browser, streams)
     streams.register(router)
+    for register in extra_routes:
+        register(router, browser)
     return HttpApp(router, metrics)

@@ -1,18 +1,31 @@
-"""Time the relay's ASGI app in-process (no server): µs per request, 50-flag snapshot.
+"""Time the relay's HTTP app on a 50-flag snapshot, in-process and under granian.
 
-    .venv/bin/python -m tests.relay.bench_http [--requests 20000]
+    .venv/bin/python -m tests.relay.bench_http [--requests 20000]      # in-process loop
+    .venv/bin/python -m tests.relay.bench_http --wrk [--duration 15]   # granian + wrk
 
 The workload is the peer benchmark's: 50 boolean flags, each ``country in <5 of 10>`` → true,
-fallthrough 50/50 by key; every request carries a fresh random context. ``receive`` and
-``send`` are minimal coroutines, so the figures are the app's own cost per request.
+fallthrough 50/50 by key; every request carries a fresh random context. In-process, ``receive``
+and ``send`` are minimal coroutines, so the figures are the app's own cost per request. With
+``--wrk``, granian (one worker, uvloop) is pinned to CPU 0 and wrk (one thread, 50 connections)
+to CPU 1, as in the peer anchors' ``run_http.sh``; only 127.0.0.1 is used and the server is
+stopped by its own PID.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -68,6 +81,75 @@ def make_app() -> Any:
     store.connected = True
     store.upstream_alive()
     return build_http_app(store, settings(), RelayMetrics(store))
+
+
+def factory() -> Any:
+    """For granian ``--factory``: the bench app, answering ``lifespan`` itself."""
+    app = make_app()
+
+    async def with_lifespan(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                kind = message["type"].rsplit(".", 1)[-1]
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        await app(scope, receive, send)
+
+    return with_lifespan
+
+
+WRK_SCRIPT = """
+local countries = {"US", "CA", "GB", "DE", "FR", "JP", "BR", "IN", "AU", "MX"}
+wrk.method = "POST"
+wrk.headers["Authorization"] = "Bearer %(token)s"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Origin"] = "https://app.example.com"
+function request()
+  local body = string.format('{"context":{"targetingKey":"u-%%08x%%08x","country":"%%s"}}',
+    math.random(0, 0x7fffffff), math.random(0, 0x7fffffff), countries[math.random(1, 10)])
+  return wrk.format(nil, nil, nil, body)
+end
+"""
+
+
+def wrk_run(path: str, duration: str, connections: int) -> float | None:
+    """Requests per second of granian serving ``factory()``, or None without wrk/taskset."""
+    if not shutil.which("wrk") or not shutil.which("taskset"):
+        print("wrk and taskset are needed for --wrk", file=sys.stderr)
+        return None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    granian = Path(sys.executable).with_name("granian")
+    server = subprocess.Popen(
+        ["taskset", "-c", "0", str(granian), "--interface", "asgi", "--loop", "uvloop",
+         "--workers", "1", "--runtime-threads", "1", "--no-ws", "--log-level", "error",
+         "--host", "127.0.0.1", "--port", str(port), "--factory", "tests.relay.bench_http:factory"],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+            script.write(WRK_SCRIPT % {"token": PUBLIC})
+        url = f"http://127.0.0.1:{port}{path}"
+        wrk = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", "-s", script.name, url]
+        subprocess.run([*wrk, "-d3s"], capture_output=True, check=True)  # warm-up
+        out = subprocess.run([*wrk, f"-d{duration}"], capture_output=True, text=True, check=True)
+        os.unlink(script.name)
+        if "Non-2xx" in out.stdout:
+            raise RuntimeError(out.stdout)
+        match = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
+        return float(match.group(1)) if match else None
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def scope(path: str, body_len: int) -> dict[str, Any]:
@@ -135,12 +217,18 @@ async def run(path: str, n: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--wrk", action="store_true", help="also serve with granian, load with wrk")
+    parser.add_argument("--duration", default="15s")
+    parser.add_argument("--connections", type=int, default=50)
     args = parser.parse_args()
-    print("| endpoint (50 flags, random context) | µs/request |")
-    print("|---|---|")
-    for path in ("/ofrep/v1/evaluate/flags", "/sdk/v1/flags"):
+    paths = ("/ofrep/v1/evaluate/flags", "/sdk/v1/flags")
+    print("| endpoint (50 flags, random context) | in-process µs/request | granian req/s |")
+    print("|---|---|---|")
+    for path in paths:
         figures = [asyncio.run(run(path, args.requests)) for _ in range(3)]
-        print(f"| POST {path} | {min(figures):.1f} |")
+        served = wrk_run(path, args.duration, args.connections) if args.wrk else None
+        rate = f"{served:,.0f}" if served is not None else "-"
+        print(f"| POST {path} | {min(figures):.1f} | {rate} |")
 
 
 if __name__ == "__main__":

@@ -710,3 +710,30 @@ async def test_body_cap_without_content_length(relay: Relay) -> None:
     await relay.app(scope, receive, send)
     assert sent[0]["status"] == 413
     assert json.loads(sent[1]["body"])["error"]["code"] == "payload_too_large"
+
+
+async def test_extra_routes_share_the_gate() -> None:
+    from relay.http import Request, Response, Router, vane_error_body
+    from relay.routes import Admission, Browser
+
+    def register(router: Router, browser: Browser) -> None:
+        async def echo(request: Request) -> Response:
+            admitted = await browser.admit(request, vane_error_body)
+            if not isinstance(admitted, Admission):
+                return admitted
+            return Response(200, admitted.body, admitted.headers)
+
+        router.add("POST", "/sdk/v1/echo", echo, cors=True)
+
+    store = Store()
+    store.swap(EnvironmentState.build(build_snapshot(), public_access()))
+    app = build_http_app(store, settings(), RelayMetrics(store), extra_routes=[register])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://r") as client:
+        preflight = await client.options("/sdk/v1/echo", headers={"Origin": ORIGIN})
+        assert preflight.status_code == 204
+        ok = await client.post("/sdk/v1/echo", content=b"[1]", headers=auth(Origin=ORIGIN))
+        assert ok.content == b"[1]"
+        cors_ok(ok)
+        refused = await client.post("/sdk/v1/echo", content=b"[1]", headers=auth(SERVER))
+        vane_error(refused, 403, "forbidden")
