@@ -284,9 +284,10 @@ class HttpApp:
         try:
             response = await handler(request)
         except Exception:
-            logger.exception("unhandled error on %s %s", method, path)
-            if request.started:
+            if request.started:  # a stream whose client went away mid-send, most likely
+                logger.debug("stream on %s ended with an error", path, exc_info=True)
                 return
+            logger.exception("unhandled error on %s %s", method, path)
             response = error_response(
                 500, route.error_body(500, "internal error"), request.headers.get(b"origin")
             )
@@ -356,6 +357,9 @@ def build_http_app(
     streams = sse.EventStreams(browser, keepalive_s=sse_keepalive_s)
     ofrep.register(router, browser, streams)
     streams.register(router)
+    metrics.register_gauge_callback(
+        "sse_streams", "Open OFREP event streams.", streams.hub.open_streams
+    )
     for register in extra_routes:
         register(router, browser)
     return HttpApp(router, metrics)

@@ -653,6 +653,7 @@ async def test_metrics(relay: Relay) -> None:
         'vane_relay_http_requests_total{route="/ofrep/v1/evaluate/flags",status="200"} 1.0' in text
     )
     assert 'vane_relay_http_requests_total{route="/sdk/v1/flags",status="401"} 1.0' in text
+    assert "vane_relay_sse_streams 0.0" in text
     assert "vane_relay_spool_depth 7.0" in text
     assert 'vane_relay_spool_bytes{file="a"} 1.5' in text
 
