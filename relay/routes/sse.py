@@ -23,7 +23,6 @@ import base64
 import contextlib
 import hmac
 import time
-from typing import Any
 
 import msgspec
 
@@ -40,7 +39,6 @@ from relay.http import (
 )
 from relay.routes import Browser, origin_allowed
 from relay.store import EnvironmentState, Store
-from shared.wire.protocol import AccessKey
 
 EVENTS_PATH = "/ofrep/v1/events"
 RETRY_MS = 1000
@@ -100,32 +98,54 @@ class StreamTokens:
         return environment, key_id
 
 
-class _Subscription:
-    __slots__ = ("changed", "environment", "latest")
+class Change:
+    """A new state as every stream of its environment needs it, computed once per swap."""
+
+    __slots__ = ("event", "public_keys", "state")
+
+    def __init__(self, state: EnvironmentState) -> None:
+        self.state = state
+        self.event = refetch_event(state)
+        self.public_keys = {k.id: k for k in state.access.keys if k.kind == "public"}
+
+
+class Subscription:
+    """One open stream's mailbox: the latest change, whether the client left, and a wake-up."""
+
+    __slots__ = ("change", "closed", "environment", "wake")
 
     def __init__(self, environment: str) -> None:
         self.environment = environment
-        self.changed = asyncio.Event()
-        self.latest: EnvironmentState | None = None
+        self.wake = asyncio.Event()
+        self.change: Change | None = None
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
 
 
 class ChangeHub:
-    """One store listener fanning swaps out to the open streams of each environment."""
+    """One store listener fanning swaps out to the open streams of each environment.
+
+    A swap sets one ``asyncio.Event`` per open stream of the environment and nothing else, so
+    thousands of open browsers hear of a kill switch within one turn of the event loop.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._streams: dict[str, set[_Subscription]] = {}
+        self._streams: dict[str, set[Subscription]] = {}
         self._listening = False
 
-    def subscribe(self, environment: str) -> _Subscription:
+    def subscribe(self, environment: str) -> Subscription:
         if not self._listening:
             self.store.listen(self._on_swap)
             self._listening = True
-        subscription = _Subscription(environment)
+        subscription = Subscription(environment)
         self._streams.setdefault(environment, set()).add(subscription)
         return subscription
 
-    def unsubscribe(self, subscription: _Subscription) -> None:
+    def unsubscribe(self, subscription: Subscription) -> None:
         streams = self._streams.get(subscription.environment)
         if streams is not None:
             streams.discard(subscription)
@@ -136,16 +156,13 @@ class ChangeHub:
         return sum(len(s) for s in self._streams.values())
 
     def _on_swap(self, state: EnvironmentState) -> None:
-        for subscription in self._streams.get(state.environment, ()):
-            subscription.latest = state
-            subscription.changed.set()
-
-
-def _public_key(state: EnvironmentState, key_id: str) -> AccessKey | None:
-    for key in state.access.keys:
-        if key.id == key_id and key.kind == "public":
-            return key
-    return None
+        streams = self._streams.get(state.environment)
+        if not streams:
+            return
+        change = Change(state)
+        for subscription in streams:
+            subscription.change = change
+            subscription.wake.set()
 
 
 def _last_modified(state: EnvironmentState) -> int:
@@ -160,10 +177,11 @@ def refetch_event(state: EnvironmentState) -> bytes:
     return b"id: %d\ndata: %s\n\n" % (state.version, data)
 
 
-async def _until_disconnect(receive: Receive) -> None:
+async def _close_on_disconnect(receive: Receive, subscription: Subscription) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            subscription.close()
             return
 
 
@@ -214,7 +232,7 @@ class EventStreams:
         state = self.store.get(environment)
         if state is None:
             return _error(503, "relay has no snapshot yet", origin)
-        key = _public_key(state, key_id)
+        key = next((k for k in state.access.keys if k.id == key_id and k.kind == "public"), None)
         if key is None:
             return _error(401, "unknown or revoked key", origin)
         refused = self.browser.check_key(key, origin, ofrep_error_body)
@@ -244,8 +262,9 @@ class EventStreams:
         if origin is not None:
             headers.append((b"access-control-allow-origin", origin))
         subscription = self.hub.subscribe(state.environment)
-        disconnected = asyncio.ensure_future(_until_disconnect(request.receive))
-        changed: asyncio.Future[Any] | None = None
+        watcher = asyncio.ensure_future(_close_on_disconnect(request.receive, subscription))
+        wake = subscription.wake
+        loop = asyncio.get_running_loop()
         try:
             request.started = True
             await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -255,38 +274,22 @@ class EventStreams:
                 first += refetch_event(state)
             await send({"type": "http.response.body", "body": first, "more_body": True})
             while True:
-                waiter: asyncio.Future[Any] = asyncio.ensure_future(subscription.changed.wait())
-                changed = waiter
-                done, _ = await asyncio.wait(
-                    (waiter, disconnected),
-                    timeout=self.keepalive_s,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if disconnected in done:
+                keepalive = loop.call_later(self.keepalive_s, wake.set)
+                await wake.wait()
+                keepalive.cancel()
+                wake.clear()
+                if subscription.closed:
                     return
-                if waiter not in done:
-                    waiter.cancel()
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": b": keep-alive\n\n",
-                            "more_body": True,
-                        }
-                    )
-                    continue
-                subscription.changed.clear()
-                latest = subscription.latest
-                if latest is None:
-                    continue
-                key = _public_key(latest, key_id)
-                if key is None or (origin is not None and not origin_allowed(key, origin)):
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return
-                await send(
-                    {"type": "http.response.body", "body": refetch_event(latest), "more_body": True}
-                )
+                change, subscription.change = subscription.change, None
+                if change is None:
+                    body = b": keep-alive\n\n"
+                else:
+                    key = change.public_keys.get(key_id)
+                    if key is None or (origin is not None and not origin_allowed(key, origin)):
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        return
+                    body = change.event
+                await send({"type": "http.response.body", "body": body, "more_body": True})
         finally:
             self.hub.unsubscribe(subscription)
-            disconnected.cancel()
-            if changed is not None:
-                changed.cancel()
+            watcher.cancel()
