@@ -7,10 +7,13 @@ import contextlib
 import logging
 from typing import Any
 
+from relay.forwarder import Forwarder
 from relay.http import build_http_app
 from relay.metrics import RelayMetrics
 from relay.persistence import SnapshotFiles
+from relay.routes import events
 from relay.settings import RelaySettings
+from relay.spool import Spool
 from relay.store import EnvironmentState, Store
 from relay.sync import SyncClient
 from shared.engine import CompileError
@@ -29,8 +32,12 @@ class RelayApp:
         self.files = SnapshotFiles(settings.data_dir)
         self.metrics = RelayMetrics(self.store)
         self.sync = SyncClient(settings, self.store, self.files)
-        self.http = build_http_app(self.store, settings, self.metrics)
-        self._task: asyncio.Task[None] | None = None
+        self.spool = Spool(settings.data_dir / "spool", max_bytes=settings.spool_max_bytes)
+        self.forwarder = Forwarder(settings, self.spool)
+        self.http = build_http_app(
+            self.store, settings, self.metrics, extra_routes=[events.registrar(self.spool)]
+        )
+        self._tasks: list[asyncio.Task[None]] = []
 
     def load_saved(self) -> None:
         for saved in self.files.load_all():
@@ -51,13 +58,20 @@ class RelayApp:
     async def startup(self) -> None:
         self.load_saved()
         self.files.start()
-        self._task = asyncio.create_task(self.sync.run())
+        self.spool.start()
+        self._tasks = [
+            asyncio.create_task(self.sync.run()),
+            asyncio.create_task(self.forwarder.run()),
+        ]
 
     async def shutdown(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(BaseException):
-                await self._task
+                await task
+        await self.spool.stop()
+        await self.forwarder.close()
         await self.files.stop()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:

@@ -22,6 +22,7 @@ class RelaySettings:
     sse_token_ttl_s: int = 600
     rate_limit_per_s: float = 0.0  # per public key and relay process; 0 = off
     rate_limit_burst: int = 0
+    spool_max_bytes: int = 256 << 20  # events waiting to be forwarded; beyond this, 503
 
     @property
     def websocket_url(self) -> str:
@@ -47,6 +48,7 @@ class RelaySettings:
             "sse_secret": env.get("VANE_RELAY_SSE_SECRET", "").encode(),
             "rate_limit_per_s": float(env.get("VANE_RELAY_RATE_LIMIT", "0")),
             "rate_limit_burst": int(env.get("VANE_RELAY_RATE_BURST", "0")),
+            "spool_max_bytes": int(env.get("VANE_RELAY_SPOOL_MAX_BYTES", str(256 << 20))),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if not values["sse_secret"]:

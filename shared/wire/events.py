@@ -77,7 +77,7 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
 _AT = "- at `$"
 
 
-def _convert_problem(prefix: str, exc: msgspec.ValidationError) -> Problem:
+def convert_problem(prefix: str, exc: msgspec.ValidationError) -> Problem:
     text = str(exc)
     message, _, path = text.partition(" " + _AT)
     path = path.rstrip("`").lstrip(".")
@@ -101,7 +101,7 @@ def parse_batch(raw_items: Sequence[Any], now_ms: int) -> tuple[list[EventIn], l
         try:
             item = msgspec.convert(raw, EventIn, strict=True)
         except msgspec.ValidationError as exc:
-            problems.append(_convert_problem(prefix, exc))
+            problems.append(convert_problem(prefix, exc))
             continue
         problems.extend(check_event(item, now_ms, prefix))
         items.append(item)
