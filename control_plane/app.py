@@ -27,6 +27,7 @@ from control_plane.domain.environments.controllers import EnvironmentController
 from control_plane.domain.events.controllers import EventController
 from control_plane.domain.flags.controllers import FlagController
 from control_plane.domain.keys.controllers import KeyController
+from control_plane.domain.metrics.controllers import MetricController
 from control_plane.domain.segments.controllers import SegmentController
 from control_plane.errors import EXCEPTION_HANDLERS
 from control_plane.publishing.fanout import RedisFanout
@@ -44,6 +45,7 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     KeyController,
     CodeRefController,
     EventController,
+    MetricController,
     relay_stream,
 ]
 UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/schema"]

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -186,6 +187,7 @@ class Event(Base):
         Index("ix_events_name_ts", "project_id", "event", "ts"),
         Index("ix_events_unit_ts", "project_id", "unit", "ts"),
         Index("ix_events_ts", "project_id", "ts", "id"),
+        Index("ix_events_analysis", "project_id", "event", "unit", "ts"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
@@ -200,3 +202,90 @@ class Event(Base):
     ts: Mapped[int] = mapped_column(BigInteger)  # epoch milliseconds
     received_at: Mapped[int] = mapped_column(BigInteger)  # epoch milliseconds
     source: Mapped[str] = mapped_column(String(16))  # server | management | relay | browser
+
+
+class Metric(Base):
+    """An analysis-time definition over events: which event, how aggregated, which way is up."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("project_id", "key"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(200))
+    event: Mapped[str] = mapped_column(String(200))
+    aggregation: Mapped[str] = mapped_column(String(16))  # sum | mean | count | conversion
+    direction: Mapped[str] = mapped_column(String(8))  # higher | lower
+    format: Mapped[str] = mapped_column(String(32), default="")
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+    __table_args__ = (UniqueConstraint("project_id", "key"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(200))
+    type: Mapped[str] = mapped_column(String(16))  # element | cta | manual
+    url: Mapped[str] = mapped_column(Text, default="*")
+    selector: Mapped[str | None] = mapped_column(Text, nullable=True)
+    goal: Mapped[str] = mapped_column(String(200))
+    stats_engine: Mapped[str] = mapped_column(String(16), default="frequentist")
+    variants: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    status: Mapped[str] = mapped_column(String(16))  # draft | running | stopped
+    primary_metric_id: Mapped[str | None] = mapped_column(
+        ForeignKey("metrics.id", ondelete="RESTRICT"), nullable=True
+    )
+    guardrail_metric_ids: Mapped[list[str]] = mapped_column(Json, default=list)
+    cuped: Mapped[bool] = mapped_column(Boolean, default=False)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Exposure(Base):
+    """A unit's first exposure to an experiment (``kind`` experiment, ``subject`` its id) or to a
+    flag (``kind`` flag, ``subject`` the flag key, ``arm`` the variation index). First one wins."""
+
+    __tablename__ = "exposures"
+    __table_args__ = (Index("ix_exposures_arm", "project_id", "kind", "subject", "arm"),)
+
+    project_id: Mapped[str] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(128), primary_key=True)
+    unit: Mapped[str] = mapped_column(String(200), primary_key=True)
+    arm: Mapped[str] = mapped_column(String(128))
+    exposed_at: Mapped[int] = mapped_column(BigInteger)  # epoch milliseconds
+
+
+class SequentialLook(Base):
+    """Running minimum of always-valid p-values across looks (keeps them monotone)."""
+
+    __tablename__ = "sequential_looks"
+
+    subject: Mapped[str] = mapped_column(String(128), primary_key=True)  # experiment id or flag id
+    metric: Mapped[str] = mapped_column(String(128), primary_key=True)
+    arm: Mapped[str] = mapped_column(String(128), primary_key=True)
+    min_p_value: Mapped[float] = mapped_column(Float)
+    looks: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class FlagMetric(Base):
+    __tablename__ = "flag_metrics"
+
+    flag_id: Mapped[str] = mapped_column(
+        ForeignKey("flags.id", ondelete="CASCADE"), primary_key=True
+    )
+    metric_id: Mapped[str] = mapped_column(
+        ForeignKey("metrics.id", ondelete="RESTRICT"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, default=0)

@@ -9,7 +9,7 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from control_plane.db.models import Environment, Flag, FlagSetting, Project, Segment
+from control_plane.db.models import Environment, Experiment, Flag, FlagSetting, Project, Segment
 from shared.wire import snapshot as w
 
 
@@ -27,6 +27,18 @@ def flag_snapshot(flag: Flag, setting: FlagSetting) -> w.FlagSnapshot:
         prerequisites=tuple(msgspec.convert(x, w.Prerequisite) for x in setting.prerequisites),
         bucket_by=flag.bucket_by,
         client_side=flag.client_side,
+    )
+
+
+def experiment_snapshot(row: Experiment) -> w.ExperimentSnapshot:
+    return w.ExperimentSnapshot(
+        key=row.key,
+        type=row.type,
+        url=row.url,
+        goal=row.goal,
+        selector=row.selector,
+        version=row.version,
+        variants=tuple(msgspec.convert(x, w.ExperimentVariant) for x in row.variants),
     )
 
 
@@ -93,6 +105,11 @@ async def compile_environment(
     flags = {flag.key: flag_snapshot(flag, setting) for flag, setting in rows}
     all_segments = await segments_for(session, environment.project_id)
     used = referenced_segments(flags, all_segments)
+    running = await session.scalars(
+        select(Experiment)
+        .where(Experiment.project_id == environment.project_id, Experiment.status == "running")
+        .order_by(Experiment.key)
+    )
     return w.Snapshot(
         project=project_key or environment.project_id,
         environment=environment.key,
@@ -100,6 +117,7 @@ async def compile_environment(
         flags=flags,
         segments={key: all_segments[key] for key in sorted(used)},
         generated_at=now_ms if now_ms is not None else time.time_ns() // 1_000_000,
+        experiments={row.key: experiment_snapshot(row) for row in running},
     )
 
 

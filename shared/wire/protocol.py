@@ -16,6 +16,7 @@ import msgspec
 
 from shared.wire.snapshot import (
     SCHEMA_VERSION,
+    ExperimentSnapshot,
     FlagSnapshot,
     SegmentSnapshot,
     Snapshot,
@@ -66,6 +67,8 @@ class Patch(Message, tag="patch", frozen=True):
     segments: dict[str, SegmentSnapshot] = {}
     removed_segments: tuple[str, ...] = ()
     access: Access | None = None
+    experiments: dict[str, ExperimentSnapshot] = {}
+    removed_experiments: tuple[str, ...] = ()
 
 
 class Ping(Message, tag="ping", frozen=True):
@@ -108,6 +111,8 @@ def diff(old: Snapshot, new: Snapshot, access: Access | None = None) -> Patch:
         segments={k: s for k, s in new.segments.items() if old.segments.get(k) != s},
         removed_segments=tuple(sorted(k for k in old.segments if k not in new.segments)),
         access=access,
+        experiments={k: e for k, e in new.experiments.items() if old.experiments.get(k) != e},
+        removed_experiments=tuple(sorted(k for k in old.experiments if k not in new.experiments)),
     )
 
 
@@ -117,6 +122,10 @@ def apply_patch(snapshot: Snapshot, patch: Patch) -> Snapshot:
     flags.update(patch.flags)
     segments = {k: s for k, s in snapshot.segments.items() if k not in patch.removed_segments}
     segments.update(patch.segments)
+    experiments = {
+        k: e for k, e in snapshot.experiments.items() if k not in patch.removed_experiments
+    }
+    experiments.update(patch.experiments)
     return Snapshot(
         project=snapshot.project,
         environment=snapshot.environment,
@@ -125,4 +134,5 @@ def apply_patch(snapshot: Snapshot, patch: Patch) -> Snapshot:
         segments=dict(sorted(segments.items())),
         schema_version=snapshot.schema_version,
         generated_at=patch.generated_at or snapshot.generated_at,
+        experiments=dict(sorted(experiments.items())),
     )

@@ -109,6 +109,29 @@ class SegmentSnapshot(WireStruct, frozen=True):
     salt: str | None = None  # bucketing salt for weighted rules; None means the segment key
 
 
+class ExperimentVariant(WireStruct, frozen=True):
+    """What a browser renders for one variant; ``cta`` variants may carry link and colours."""
+
+    key: str
+    content: str = ""
+    href: str | None = None
+    bg: str | None = None
+    color: str | None = None
+    weight: int | None = None  # out of WEIGHT_SCALE; None means an equal share
+
+
+class ExperimentSnapshot(WireStruct, frozen=True):
+    """A running experiment, so relays assign browsers exactly as the control plane would."""
+
+    key: str
+    type: str  # element | cta | manual
+    url: str  # "*", an exact path, or a glob such as "/pricing*"
+    goal: str
+    variants: tuple[ExperimentVariant, ...]
+    selector: str | None = None
+    version: int = 1
+
+
 class Snapshot(WireStruct, frozen=True):
     project: str
     environment: str
@@ -117,6 +140,7 @@ class Snapshot(WireStruct, frozen=True):
     segments: dict[str, SegmentSnapshot]
     schema_version: int = SCHEMA_VERSION
     generated_at: int = 0  # epoch milliseconds
+    experiments: dict[str, ExperimentSnapshot] = {}  # running experiments of the project
 
 
 _encoder = msgspec.msgpack.Encoder()

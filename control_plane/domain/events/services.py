@@ -19,9 +19,12 @@ from control_plane.auth import KeyKind
 from control_plane.db.models import Event
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
+from control_plane.domain.experiments.exposures import EXPERIMENT_EXPOSURE, FLAG_EXPOSURE
+from control_plane.domain.experiments.exposures import from_events as record_exposures
 from control_plane.errors import ApiError, FieldError, invalid_many
 from shared.wire import events
 
+EXPOSURE_EVENTS = frozenset({EXPERIMENT_EXPOSURE, FLAG_EXPOSURE})
 _SOURCES = {KeyKind.SERVER: "server", KeyKind.MANAGEMENT: "management", KeyKind.RELAY: "relay"}
 
 
@@ -82,6 +85,9 @@ async def ingest(scope: Scope, kind: KeyKind, items: Sequence[s.EventIn], now: i
         .returning(Event.id)
     )
     inserted = len((await scope.session.execute(statement)).all())
+    exposures = [row for row in rows if row["event"] in EXPOSURE_EVENTS]
+    if exposures:
+        await record_exposures(scope.session, scope.project_id, exposures)
     return s.Ack(accepted=inserted, duplicates=len(rows) - inserted)
 
 

@@ -1,0 +1,104 @@
+"""Experiment request and response bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from msgspec import UNSET, UnsetType
+
+from control_plane.domain.schemas import ApiIn, ApiOut
+
+ExperimentType = Literal["element", "cta", "manual"]
+Status = Literal["draft", "running", "stopped"]
+Engine = Literal["frequentist", "bayesian", "sequential"]
+
+
+class VariantIn(ApiIn):
+    key: str
+    content: str = ""
+    href: str | None = None  # cta: where the button links
+    bg: str | None = None  # cta: background colour
+    color: str | None = None  # cta: text colour
+    weight: float | None = None  # percent; all or none; equal shares when left out
+
+
+class ExperimentCreate(ApiIn):
+    name: str
+    type: ExperimentType = "manual"
+    key: str | None = None
+    url: str = "*"
+    selector: str | None = None
+    goal: str | None = None
+    stats_engine: Engine = "frequentist"
+    variants: list[VariantIn] | None = None
+    activate: bool = True
+    cuped: bool = False
+
+
+class StatusIn(ApiIn):
+    status: Status | UnsetType = UNSET
+
+
+class AssignIn(ApiIn):
+    unit: str
+    url: str | None = None
+
+
+class MetricsIn(ApiIn):
+    primary: str | None = None
+    guardrails: list[str] = []
+
+
+class Variant(ApiOut):
+    key: str
+    content: str
+    href: str | None = None
+    bg: str | None = None
+    color: str | None = None
+    weight: float | int | None = None
+
+
+class Experiment(ApiOut):
+    id: str
+    key: str
+    name: str
+    type: str
+    status: str
+    url: str
+    selector: str | None
+    goal: str
+    stats_engine: str
+    variants: list[Variant]
+    primary: str | None
+    guardrails: list[str]
+    cuped: bool
+    version: int
+    started_at: datetime | None
+    stopped_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    exposed: int
+
+
+class ExperimentWithResults(Experiment):
+    results: dict[str, Any]
+
+
+class ExperimentList(ApiOut):
+    experiments: list[Experiment]
+    count: int
+
+
+class Assignment(ApiOut):
+    experiment: str
+    variant: str
+    assigned: bool
+    reason: str
+    content: str | None = None
+
+
+class MetricsSetting(ApiOut):
+    experiment: str
+    primary: str | None
+    guardrails: list[str]

@@ -1,0 +1,340 @@
+"""Experiments: validated creation, states, deterministic assignment, metrics settings."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from sqlalchemy import func, or_, select
+
+from control_plane.db.ids import new_id
+from control_plane.db.models import Experiment, Exposure, Metric
+from control_plane.db.types import utcnow
+from control_plane.domain.common import Scope
+from control_plane.domain.experiments import exposures
+from control_plane.domain.experiments import schemas as s
+from control_plane.domain.flags import validation as v
+from control_plane.domain.metrics.services import slugify, unique_key
+from control_plane.errors import ApiError, conflict, not_found
+from shared.engine.experiments import choose_variant, thresholds, url_matches
+from shared.wire.snapshot import WEIGHT_SCALE
+
+CONTROL = "control"
+MIN_VARIANTS, MAX_VARIANTS = 2, 6
+DEFAULT_GOAL = "cta_click"
+
+# (from, to) moves allowed besides staying put; running -> draft only while nothing is exposed
+TRANSITIONS = {
+    ("draft", "running"),
+    ("running", "stopped"),
+    ("stopped", "running"),
+    ("running", "draft"),
+}
+
+
+def _percent(units: int | None) -> float | int | None:
+    if units is None:
+        return None
+    return units // 1000 if units % 1000 == 0 else units / 1000
+
+
+def variant_out(stored: dict[str, Any]) -> s.Variant:
+    return s.Variant(
+        key=stored["key"],
+        content=stored.get("content", ""),
+        href=stored.get("href"),
+        bg=stored.get("bg"),
+        color=stored.get("color"),
+        weight=_percent(stored.get("weight")),
+    )
+
+
+async def _metric_keys(scope: Scope, row: Experiment) -> tuple[str | None, list[str]]:
+    ids = [i for i in [row.primary_metric_id, *row.guardrail_metric_ids] if i]
+    keys = (
+        dict(
+            (
+                await scope.session.execute(select(Metric.id, Metric.key).where(Metric.id.in_(ids)))
+            ).all()
+        )
+        if ids
+        else {}
+    )
+    return (keys.get(row.primary_metric_id) if row.primary_metric_id else None), [
+        keys[i] for i in row.guardrail_metric_ids if i in keys
+    ]
+
+
+async def exposed_count(scope: Scope, row: Experiment) -> int:
+    return int(
+        await scope.session.scalar(
+            select(func.count())
+            .select_from(Exposure)
+            .where(
+                Exposure.project_id == scope.project_id,
+                Exposure.kind == "experiment",
+                Exposure.subject == row.id,
+            )
+        )
+        or 0
+    )
+
+
+async def experiment_out(scope: Scope, row: Experiment) -> s.Experiment:
+    primary, guardrails = await _metric_keys(scope, row)
+    return s.Experiment(
+        id=row.id,
+        key=row.key,
+        name=row.name,
+        type=row.type,
+        status=row.status,
+        url=row.url,
+        selector=row.selector,
+        goal=row.goal,
+        stats_engine=row.stats_engine,
+        variants=[variant_out(x) for x in row.variants],
+        primary=primary,
+        guardrails=guardrails,
+        cuped=row.cuped,
+        version=row.version,
+        started_at=row.started_at,
+        stopped_at=row.stopped_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        exposed=await exposed_count(scope, row),
+    )
+
+
+async def find(scope: Scope, id_or_key: str) -> Experiment:
+    row = await scope.session.scalar(
+        select(Experiment).where(
+            Experiment.project_id == scope.project_id,
+            or_(Experiment.id == id_or_key, Experiment.key == id_or_key),
+        )
+    )
+    if row is None:
+        raise not_found("experiment", id_or_key)
+    return row
+
+
+async def list_experiments(scope: Scope) -> list[s.Experiment]:
+    rows = await scope.session.scalars(
+        select(Experiment)
+        .where(Experiment.project_id == scope.project_id)
+        .order_by(Experiment.created_at, Experiment.key)
+    )
+    return [await experiment_out(scope, r) for r in rows]
+
+
+def _variants(problems: v.Problems, body: s.ExperimentCreate) -> list[dict[str, Any]]:
+    given = body.variants
+    if given is None:
+        given = [s.VariantIn(key=CONTROL), s.VariantIn(key="treatment")]
+    if not MIN_VARIANTS <= len(given) <= MAX_VARIANTS:
+        problems.add("variants", f"an experiment has {MIN_VARIANTS} to {MAX_VARIANTS} variants")
+    keys = [x.key for x in given]
+    if keys.count(CONTROL) != 1:
+        problems.add("variants", "exactly one variant has key 'control' (the baseline)")
+    weighted = [x.weight is not None for x in given]
+    if any(weighted) and not all(weighted):
+        problems.add("variants", "give a weight on every variant or on none")
+    out = []
+    seen: set[str] = set()
+    for i, item in enumerate(given):
+        field = f"variants[{i}]"
+        v.check_key(problems, f"{field}.key", item.key)
+        if item.key in seen:
+            problems.add(f"{field}.key", f"variant key {item.key!r} is used twice")
+        seen.add(item.key)
+        if body.type != "cta":
+            for name in ("href", "bg", "color"):
+                if getattr(item, name) is not None:
+                    problems.add(f"{field}.{name}", "only cta variants have href, bg and color")
+        if len(item.content) > 10_000:
+            problems.add(f"{field}.content", "at most 10000 characters")
+        stored: dict[str, Any] = {"key": item.key, "content": item.content}
+        for name in ("href", "bg", "color"):
+            if getattr(item, name) is not None:
+                stored[name] = getattr(item, name)
+        if item.weight is not None:
+            if not 0 <= item.weight <= 100:
+                problems.add(f"{field}.weight", "a percentage from 0 to 100")
+            stored["weight"] = round(item.weight * 1000)
+        out.append(stored)
+    if all(weighted) and out and sum(x.get("weight", 0) for x in out) != WEIGHT_SCALE:
+        problems.add("variants", "weights must sum to 100")
+    # the control variant first, so results list the baseline first
+    return sorted(out, key=lambda x: x["key"] != CONTROL)
+
+
+def _check_url(problems: v.Problems, url: str) -> None:
+    if url == "*" or url.startswith(("/", "http://", "https://")):
+        return
+    problems.add("url", "'*', a path such as /pricing or /pricing*, or a full URL")
+
+
+async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experiment:
+    problems = v.Problems()
+    v.check_name(problems, "name", body.name)
+    if body.key is not None:
+        v.check_key(problems, "key", body.key)
+    _check_url(problems, body.url)
+    if body.type in {"element", "cta"} and not (body.selector or "").strip():
+        problems.add("selector", f"a CSS selector is required for {body.type} experiments")
+    if body.type == "manual" and body.selector is not None:
+        problems.add("selector", "manual experiments do not touch the page: no selector")
+    if body.type == "manual" and not (body.goal or "").strip():
+        problems.add("goal", "the goal event name is required for manual experiments")
+    variants = _variants(problems, body)
+    problems.raise_if_any()
+    key = body.key or await unique_key(scope, Experiment, slugify(body.name))
+    if body.key and await scope.session.scalar(
+        select(Experiment.id).where(
+            Experiment.project_id == scope.project_id, Experiment.key == key
+        )
+    ):
+        raise conflict(f"an experiment with key {key!r} already exists")
+    now = utcnow()
+    row = Experiment(
+        id=new_id("exp"),
+        project_id=scope.project_id,
+        key=key,
+        name=body.name,
+        type=body.type,
+        url=body.url,
+        selector=body.selector,
+        goal=body.goal or DEFAULT_GOAL,
+        stats_engine=body.stats_engine,
+        variants=variants,
+        status="running" if body.activate else "draft",
+        guardrail_metric_ids=[],
+        cuped=body.cuped,
+        version=1,
+        started_at=now if body.activate else None,
+        created_at=now,
+        updated_at=now,
+    )
+    scope.session.add(row)
+    await scope.session.flush()
+    if row.status == "running":
+        await scope.changed(e.id for e in await scope.environments())
+    out = await experiment_out(scope, row)
+    scope.audit("experiment.create", "experiment", key, after=out)
+    return out
+
+
+async def set_status(scope: Scope, id_or_key: str, body: s.StatusIn) -> s.Experiment:
+    row = await find(scope, id_or_key)
+    if body.status is msgspec.UNSET:
+        raise ApiError(422, "status: required: draft, running or stopped", details=[])
+    target = body.status
+    if target == row.status:
+        return await experiment_out(scope, row)
+    if (row.status, target) not in TRANSITIONS:
+        raise conflict(f"an experiment cannot go from {row.status} to {target}")
+    if (row.status, target) == ("running", "draft") and await exposed_count(scope, row):
+        raise conflict(
+            "units are already exposed: stop the experiment instead of moving it back to draft"
+        )
+    before = await experiment_out(scope, row)
+    now = utcnow()
+    row.status = target
+    if target == "running":
+        row.started_at = row.started_at or now
+        row.stopped_at = None
+    elif target == "stopped":
+        row.stopped_at = now
+    row.version += 1
+    row.updated_at = now
+    await scope.session.flush()
+    await scope.changed(e.id for e in await scope.environments())
+    after = await experiment_out(scope, row)
+    scope.audit("experiment.status", "experiment", row.key, before=before, after=after)
+    return after
+
+
+def bounds_of(row: Experiment) -> tuple[int, ...]:
+    return thresholds([x.get("weight") for x in row.variants])
+
+
+async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
+    row = await find(scope, key)
+    if not body.unit.strip() or len(body.unit) > 200:
+        raise ApiError(422, "unit: 1 to 200 characters", details=[])
+    control = next(x for x in row.variants if x["key"] == CONTROL)
+    if row.status != "running":
+        return s.Assignment(
+            experiment=row.key,
+            variant=CONTROL,
+            assigned=False,
+            reason=f"experiment is {row.status}",
+            content=control.get("content"),
+        )
+    if not url_matches(row.url, body.url):
+        return s.Assignment(
+            experiment=row.key,
+            variant=CONTROL,
+            assigned=False,
+            reason="the experiment does not run on this url",
+            content=control.get("content"),
+        )
+    chosen = row.variants[choose_variant(row.key, body.unit, bounds_of(row))]
+    await exposures.record(
+        scope.session,
+        scope.project_id,
+        [
+            exposures.FirstExposure(
+                "experiment", row.id, body.unit, chosen["key"], time.time_ns() // 1_000_000
+            )
+        ],
+    )
+    return s.Assignment(
+        experiment=row.key,
+        variant=chosen["key"],
+        assigned=True,
+        reason="assigned",
+        content=chosen.get("content"),
+    )
+
+
+async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.MetricsSetting:
+    from control_plane.domain.metrics.services import find as find_metric
+
+    row = await find(scope, id_or_key)
+    problems = v.Problems()
+    primary = None
+    if body.primary is not None:
+        primary = await find_metric(scope, body.primary)
+        if primary is None:
+            problems.add("primary", f"unknown metric {body.primary!r}")
+    guardrails: list[Metric] = []
+    for i, ref in enumerate(body.guardrails):
+        metric = await find_metric(scope, ref)
+        if metric is None:
+            problems.add(f"guardrails[{i}]", f"unknown metric {ref!r}")
+        elif primary is not None and metric.id == primary.id:
+            problems.add(f"guardrails[{i}]", "the primary metric is not also a guardrail")
+        elif metric.id in [g.id for g in guardrails]:
+            problems.add(f"guardrails[{i}]", f"{ref!r} is listed twice")
+        else:
+            guardrails.append(metric)
+    problems.raise_if_any()
+    before = await experiment_out(scope, row)
+    row.primary_metric_id = primary.id if primary else None
+    row.guardrail_metric_ids = [g.id for g in guardrails]
+    row.version += 1
+    row.updated_at = utcnow()
+    await scope.session.flush()
+    scope.audit(
+        "experiment.metrics",
+        "experiment",
+        row.key,
+        before=before,
+        after=await experiment_out(scope, row),
+    )
+    return s.MetricsSetting(
+        experiment=row.key,
+        primary=primary.key if primary else None,
+        guardrails=[g.key for g in guardrails],
+    )

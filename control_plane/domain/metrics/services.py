@@ -1,0 +1,136 @@
+"""Metrics: analysis-time definitions over events (events are never shaped at send time)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from sqlalchemy import exists, or_, select
+from sqlalchemy.exc import IntegrityError
+
+from control_plane.db.ids import new_id
+from control_plane.db.models import Experiment, FlagMetric, Metric
+from control_plane.db.types import utcnow
+from control_plane.domain.common import Scope
+from control_plane.domain.flags import validation as v
+from control_plane.domain.metrics import schemas as s
+from control_plane.errors import conflict, not_found
+
+
+def slugify(text: str) -> str:
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+    return slug[:120] or "item"
+
+
+async def unique_key(scope: Scope, model: type[Metric] | type[Experiment], wanted: str) -> str:
+    """``wanted``, or ``wanted-2``, ``wanted-3``… whichever is free in the project."""
+    taken = set(
+        await scope.session.scalars(
+            select(model.key).where(
+                model.project_id == scope.project_id, model.key.like(f"{wanted}%")
+            )
+        )
+    )
+    if wanted not in taken:
+        return wanted
+    n = 2
+    while f"{wanted}-{n}" in taken:
+        n += 1
+    return f"{wanted}-{n}"
+
+
+def metric_out(row: Metric) -> s.Metric:
+    return s.Metric(
+        id=row.id,
+        key=row.key,
+        name=row.name,
+        event=row.event,
+        aggregation=row.aggregation,
+        direction=row.direction,
+        format=row.format,
+        description=row.description,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def find(scope: Scope, id_or_key: str) -> Metric | None:
+    return await scope.session.scalar(
+        select(Metric).where(
+            Metric.project_id == scope.project_id,
+            or_(Metric.id == id_or_key, Metric.key == id_or_key),
+        )
+    )
+
+
+async def get(scope: Scope, id_or_key: str) -> Metric:
+    row = await find(scope, id_or_key)
+    if row is None:
+        raise not_found("metric", id_or_key)
+    return row
+
+
+async def list_metrics(scope: Scope) -> list[s.Metric]:
+    rows = await scope.session.scalars(
+        select(Metric)
+        .where(Metric.project_id == scope.project_id)
+        .order_by(Metric.created_at, Metric.key)
+    )
+    return [metric_out(r) for r in rows]
+
+
+async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
+    problems = v.Problems()
+    v.check_name(problems, "name", body.name)
+    if not body.event.strip() or len(body.event) > 200:
+        problems.add("event", "the event name the metric reads: 1 to 200 characters")
+    if body.key is not None:
+        v.check_key(problems, "key", body.key)
+    if len(body.format) > 32:
+        problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
+    problems.raise_if_any()
+    key = body.key or await unique_key(scope, Metric, slugify(body.name))
+    now = utcnow()
+    row = Metric(
+        id=new_id("met"),
+        project_id=scope.project_id,
+        key=key,
+        name=body.name,
+        event=body.event,
+        aggregation=body.aggregation,
+        direction=body.direction,
+        format=body.format,
+        description=body.description,
+        created_at=now,
+        updated_at=now,
+    )
+    scope.session.add(row)
+    try:
+        await scope.session.flush()
+    except IntegrityError as exc:
+        raise conflict(f"a metric with key {key!r} already exists") from exc
+    out = metric_out(row)
+    scope.audit("metric.create", "metric", key, after=out)
+    return out
+
+
+async def delete_metric(scope: Scope, id_or_key: str) -> s.Deleted:
+    row = await get(scope, id_or_key)
+    experiments = await scope.session.scalars(
+        select(Experiment).where(Experiment.project_id == scope.project_id)
+    )
+    users = [
+        e.key
+        for e in experiments
+        if e.primary_metric_id == row.id or row.id in (e.guardrail_metric_ids or [])
+    ]
+    if users:
+        raise conflict(f"metric {row.key!r} is used by experiment(s) {', '.join(sorted(users))}")
+    if await scope.session.scalar(select(exists().where(FlagMetric.metric_id == row.id))):
+        raise conflict(f"metric {row.key!r} is attached to a flag: detach it first")
+    before = metric_out(row)
+    await scope.session.delete(row)
+    await scope.session.flush()
+    scope.audit("metric.delete", "metric", row.key, before=before)
+    return s.Deleted(id=row.id, key=row.key, deleted=True)

@@ -1,0 +1,70 @@
+"""Experiment assignment and page matching, shared by the control plane and relays (pure).
+
+A unit's variant: ``bucket = experiment_bucket(experiment_key, unit)`` (murmur3 of
+``experiment_key + "." + unit``, in [0, 100000)), then the first variant whose cumulative weight
+exceeds the bucket. Equal shares unless weights are given. The same unit always lands in the same
+variant, on every relay and replica.
+
+Pages: ``*`` runs everywhere; a pattern with ``*`` is a glob (``/pricing*``); anything else is
+an exact path (a trailing ``/`` is ignored). A pattern starting with ``/`` is compared with the
+path of the page URL (query and fragment ignored); a full URL pattern with scheme, host and path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+from shared.engine.bucketing import experiment_bucket
+from shared.wire.snapshot import WEIGHT_SCALE
+
+
+def thresholds(weights: Sequence[int | None]) -> tuple[int, ...]:
+    """Cumulative upper bounds out of ``WEIGHT_SCALE``; ``None`` weights mean equal shares."""
+    count = len(weights)
+    if count == 0:
+        return ()
+    if any(w is None for w in weights):
+        return tuple(round((i + 1) * WEIGHT_SCALE / count) for i in range(count))
+    total = 0
+    bounds = []
+    for weight in weights:
+        total += int(weight or 0)
+        bounds.append(total)
+    return tuple(bounds)
+
+
+def choose_variant(experiment_key: str, unit: str, bounds: Sequence[int]) -> int:
+    """Index of the unit's variant for cumulative ``bounds`` (see ``thresholds``)."""
+    bucket = experiment_bucket(experiment_key, unit)
+    for index, bound in enumerate(bounds):
+        if bucket < bound:
+            return index
+    return len(bounds) - 1
+
+
+@lru_cache(maxsize=1024)
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + ".*".join(re.escape(part) for part in pattern.split("*")) + "$")
+
+
+def _norm(path: str) -> str:
+    return path.rstrip("/") or "/"
+
+
+def url_matches(pattern: str, url: str | None) -> bool:
+    if pattern in {"", "*"}:
+        return True
+    if url is None:
+        return False
+    if pattern.startswith("/"):
+        target = url if url.startswith("/") else (urlsplit(url).path or "/")
+        target = target.split("?", 1)[0].split("#", 1)[0]
+    else:
+        parts = urlsplit(url)
+        target = f"{parts.scheme}://{parts.netloc}{parts.path or '/'}"
+    if "*" in pattern:
+        return bool(_glob(pattern).match(target))
+    return _norm(target) == _norm(pattern)

@@ -1,0 +1,132 @@
+"""SQL sufficient statistics equal the same sums computed from the raw rows in Python."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from dataclasses import astuple
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from control_plane.analysis.moments import Moments
+from control_plane.db.engine import make_async_engine
+from control_plane.db.migrate import upgrade
+from control_plane.db.models import Event, Exposure, Project
+from control_plane.domain.experiments.aggregates import CUPED_WINDOW_MS, MetricSpec, arm_moments
+
+DAY = 24 * 3600 * 1000
+
+
+def expected(
+    exposures: dict[str, tuple[str, int]],
+    events: list[tuple[str, str, int | None, int]],
+    metric: MetricSpec,
+    cuped: bool,
+) -> dict[str, Moments]:
+    per_arm: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for unit, (arm, at) in exposures.items():
+        mine = [(value, ts) for u, name, value, ts in events if u == unit and name == metric.event]
+        after = [v or 0 for v, ts in mine if ts >= at]
+        before = [v or 0 for v, ts in mine if at - CUPED_WINDOW_MS <= ts < at]
+
+        def y_of(values: list[int]) -> float:
+            if metric.aggregation == "conversion":
+                return 1.0 if values else 0.0
+            if metric.aggregation == "count":
+                return float(len(values))
+            return float(sum(values))
+
+        z = float(len(after)) if metric.aggregation == "mean" else 0.0
+        per_arm[arm].append((y_of(after), z, y_of(before) if cuped else 0.0))
+    out = {}
+    for arm, rows in per_arm.items():
+        out[arm] = Moments(
+            n=len(rows),
+            sum_y=sum(y for y, _, _ in rows),
+            sum_y2=sum(y * y for y, _, _ in rows),
+            sum_z=sum(z for _, z, _ in rows),
+            sum_z2=sum(z * z for _, z, _ in rows),
+            sum_yz=sum(y * z for y, z, _ in rows),
+            sum_x=sum(x for _, _, x in rows),
+            sum_x2=sum(x * x for _, _, x in rows),
+            sum_xy=sum(x * y for y, _, x in rows),
+        )
+    return out
+
+
+@pytest.mark.parametrize("cuped", [False, True])
+def test_arm_moments_match_raw_computation(database_url: str, cuped: bool) -> None:
+    upgrade(database_url)
+    rng = random.Random(7)
+    base = 1_760_000_000_000
+    exposures = {
+        f"u{i}": (rng.choice(["control", "b", "c"]), base + rng.randrange(10 * DAY))
+        for i in range(300)
+    }
+    events: list[tuple[str, str, int | None, int]] = []
+    for unit, (_, at) in exposures.items():
+        for _ in range(rng.randrange(0, 6)):
+            name = rng.choice(["purchase", "view", "other"])
+            value = rng.choice([None, rng.randrange(100, 100_000)])
+            events.append((unit, name, value, at + rng.randrange(-20 * DAY, 10 * DAY)))
+    events.append(("stranger", "purchase", 500, base))  # never exposed: not counted
+    metrics = [
+        MetricSpec("conv", "purchase", "conversion"),
+        MetricSpec("views", "view", "count"),
+        MetricSpec("revenue", "purchase", "sum"),
+        MetricSpec("aov", "purchase", "mean"),
+    ]
+
+    async def run() -> dict[str, dict[str, Moments]]:
+        engine = make_async_engine(database_url)
+        try:
+            async with async_sessionmaker(engine)() as session:
+                project = await session.scalar(select(Project.id))
+                if project is None:
+                    project = "prj_test"
+                    session.add(Project(id=project, key="t", name="t"))
+                    await session.flush()
+                session.add_all(
+                    Exposure(
+                        project_id=project,
+                        kind="experiment",
+                        subject="exp_1",
+                        unit=u,
+                        arm=a,
+                        exposed_at=at,
+                    )
+                    for u, (a, at) in exposures.items()
+                )
+                session.add_all(
+                    Event(
+                        project_id=project,
+                        unit=u,
+                        event=n,
+                        value=v,
+                        ts=ts,
+                        received_at=ts,
+                        source="server",
+                    )
+                    for u, n, v, ts in events
+                )
+                await session.flush()
+                result = await arm_moments(
+                    session, project, "experiment", "exp_1", metrics, cuped=cuped
+                )
+                await session.rollback()
+                return result
+        finally:
+            await engine.dispose()
+
+    got = asyncio.run(run())
+    for metric in metrics:
+        want = expected(exposures, events, metric, cuped)
+        assert set(got[metric.key]) == set(want)
+        for arm, moments in want.items():
+            assert astuple(got[metric.key][arm]) == pytest.approx(astuple(moments)), (
+                metric.key,
+                arm,
+            )
