@@ -199,7 +199,7 @@ class BatchingCore:
     @property
     def queued(self) -> int:
         """Events tracked but not yet acknowledged, rejected or dropped (queue + in flight)."""
-        return len(self._queue) - self._markers_queued + self._inflight
+        return max(0, len(self._queue) - self._markers_queued + self._inflight)
 
     @property
     def sent(self) -> int:
@@ -264,6 +264,7 @@ class BatchingCore:
         if self._needs_start:
             self._start()
         queue = self._queue
+        # No lock: threads racing here can overshoot max_queue by one event each.
         if len(queue) >= self._capacity:
             return self._drop()
         queue.append((unit, event, value, currency, props, url, ts, event_id))
