@@ -1,0 +1,80 @@
+"""Result types shared by the engines (frozen; ``None`` where a number is undefined)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .cuped import CupedInfo
+from .moments import ArmSummary
+from .multiplicity import holm_by_key
+
+Engine = Literal["frequentist", "bayesian", "sequential"]
+Direction = Literal["higher", "lower"]
+IntervalKind = Literal["confidence", "credible", "confidence_sequence"]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One treatment arm against control.
+
+    Relative numbers (``uplift``, ``ci_low``, ``ci_high``, ``expected_loss*``) are in percent of
+    the control mean; ``difference*`` are absolute, in the metric's units. ``ci_*`` is the
+    engine's interval at level 1 - alpha (``interval`` says which kind). ``significant`` is two-sided
+    and says nothing about direction: read the sign of ``uplift`` (or ``difference``).
+    """
+
+    arm: str
+    engine: Engine
+    uplift: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    interval: IntervalKind = "confidence"
+    difference: float | None = None
+    difference_ci_low: float | None = None
+    difference_ci_high: float | None = None
+    std_error: float | None = None
+    test: Literal["welch_t", "z", "msprt", "bayesian"] | None = None
+    statistic: float | None = None
+    df: float | None = None
+    p_value: float | None = None
+    p_value_adjusted: float | None = None
+    significant: bool = False
+    # bayesian
+    chance_to_beat_control: float | None = None
+    expected_loss: float | None = None
+    expected_loss_control: float | None = None
+    # sequential
+    always_valid_p_value: float | None = None
+    # CUPED: 1 - Var(adjusted difference) / Var(unadjusted difference)
+    variance_reduction: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisResult:
+    """One metric of one experiment: per-arm summaries and per-treatment comparisons."""
+
+    engine: Engine
+    alpha: float
+    ratio: bool
+    control: ArmSummary
+    treatments: Mapping[str, ArmSummary]
+    comparisons: Mapping[str, Comparison]
+    cuped: CupedInfo | None = None  # None when CUPED was not requested
+    notes: tuple[str, ...] = field(default=())
+
+
+def build_comparisons(
+    fields_by_arm: Mapping[str, dict[str, Any]], *, alpha: float, holm: bool
+) -> dict[str, Comparison]:
+    """Construct each arm's :class:`Comparison` once (they are built on every look, so cheaply),
+    after Holm's adjustment of the arms' ``p_value`` when ``holm`` is set."""
+    if holm:
+        adjusted = holm_by_key({k: f.get("p_value") for k, f in fields_by_arm.items()})
+        for key, f in fields_by_arm.items():
+            pa = adjusted[key]
+            f["p_value_adjusted"] = pa
+            f["significant"] = pa is not None and pa < alpha
+    return {key: Comparison(arm=key, **f) for key, f in fields_by_arm.items()}

@@ -1,0 +1,91 @@
+"""Moments from raw arrays, per-arm summaries and the ratio metric's delta-method variance."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from control_plane.analysis import Moments, combine, moments_from_values, summarise
+
+
+def test_moments_from_values_are_the_sums() -> None:
+    y = np.array([1.0, 2.0, 3.0])
+    z = np.array([1.0, 1.0, 2.0])
+    x = np.array([0.0, 4.0, 1.0])
+    m = moments_from_values(y, z=z, x=x)
+    assert m == Moments(
+        n=3, sum_y=6, sum_y2=14, sum_z=4, sum_z2=6, sum_yz=9, sum_x=5, sum_x2=17, sum_xy=11
+    )
+
+
+def test_moments_from_values_rejects_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="same length"):
+        moments_from_values([1, 2], z=[1])
+
+
+def test_moments_add_like_concatenated_units() -> None:
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(2, 50))
+    za, zb = rng.poisson(3, size=(2, 50))
+    joined = moments_from_values(np.r_[a, b], z=np.r_[za, zb], x=np.r_[b, a])
+    parts = combine([moments_from_values(a, z=za, x=b), moments_from_values(b, z=zb, x=a)])
+    assert parts.n == joined.n
+    for name in ("sum_y", "sum_y2", "sum_z", "sum_z2", "sum_yz", "sum_x", "sum_x2", "sum_xy"):
+        assert getattr(parts, name) == pytest.approx(getattr(joined, name), rel=1e-12)
+
+
+def test_summary_matches_numpy_sample_statistics() -> None:
+    y = np.random.default_rng(2).lognormal(2.0, 1.0, size=1_000)
+    s = summarise(moments_from_values(y), ratio=False)
+    assert s.reason is None
+    assert s.mean == pytest.approx(y.mean(), rel=1e-12)
+    assert s.variance == pytest.approx(y.var(ddof=1), rel=1e-9)
+    assert s.std_error == pytest.approx(y.std(ddof=1) / math.sqrt(y.size), rel=1e-9)
+
+
+def test_ratio_variance_hand_computed() -> None:
+    # r = 10/6; z̄ = 1.5; Var y = 5/3, Var z = 1/3, Cov = 2/3 (n - 1 = 3)
+    # (5/3 - 2 r 2/3 + r² 1/3) / 1.5² = (10/27) / (9/4) = 40/243
+    s = summarise(moments_from_values([1, 2, 3, 4], z=[1, 1, 2, 2]), ratio=True)
+    assert s.mean == pytest.approx(10 / 6)
+    assert s.variance == pytest.approx(40 / 243, rel=1e-12)
+    assert s.std_error == pytest.approx(math.sqrt(40 / 243 / 4), rel=1e-12)
+
+
+def test_ratio_variance_equals_the_linearised_unit_values() -> None:
+    rng = np.random.default_rng(3)
+    z = rng.poisson(2.0, size=2_000) + 1
+    y = z * rng.gamma(2.0, 10.0, size=z.size) + rng.normal(0, 5, size=z.size)
+    r = y.sum() / z.sum()
+    u = (y - r * z) / z.mean()
+    s = summarise(moments_from_values(y, z=z), ratio=True)
+    assert s.variance == pytest.approx(u.var(ddof=1), rel=1e-9)
+
+
+def test_ratio_delta_method_matches_the_spread_of_replications() -> None:
+    """The delta-method standard error of Σy/Σz ≈ the standard deviation over 4,000 repeats."""
+    rng = np.random.default_rng(4)
+    reps, n = 4_000, 400
+    z = rng.poisson(1.5, size=(reps, n)) + 1
+    y = rng.gamma(2.0 * z, 5.0)  # sum of z gamma(2, 5) values: mean grows with z
+    ratios = y.sum(axis=1) / z.sum(axis=1)
+    se = [summarise(moments_from_values(y[i], z=z[i]), ratio=True).std_error for i in range(50)]
+    assert float(np.mean(se)) == pytest.approx(ratios.std(ddof=1), rel=0.06)
+
+
+@pytest.mark.parametrize(
+    ("moments", "ratio", "reason"),
+    [
+        (Moments(0, 0.0, 0.0), False, "no exposed units"),
+        (Moments(1, 1.0, 1.0), False, "fewer than 2 exposed units"),
+        (Moments(5, 1.0, 1.0, sum_z=0.0), True, "ratio denominator is zero"),
+        (Moments(5, float("nan"), 1.0), False, "non-finite sufficient statistics"),
+    ],
+)
+def test_degenerate_arms_give_a_reason(moments: Moments, ratio: bool, reason: str) -> None:
+    s = summarise(moments, ratio=ratio)
+    assert s.reason == reason
+    assert s.variance is None
+    assert s.std_error is None
