@@ -53,8 +53,14 @@ def _never(_value: Any) -> bool:
 # ------------------------------------------------------------------------------------- values
 
 
+# isinstance with a prebuilt tuple: ``int | float`` in a call builds a union object every time.
+NUMBERS = (int, float)
+ARRAYS = (list, tuple)
+COMPOSITES = (list, tuple, Mapping)
+
+
 def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, NUMBERS) and not isinstance(value, bool)
 
 
 def _finite(value: int | float) -> bool:
@@ -67,11 +73,11 @@ def _canonical(value: Any) -> Any:
         return ("s", str(value))
     if isinstance(value, bool):
         return ("b", bool(value))
-    if isinstance(value, int | float):
+    if isinstance(value, NUMBERS):
         return ("n", value)
     if value is None:
         return ("z",)
-    if isinstance(value, list | tuple):
+    if isinstance(value, ARRAYS):
         return ("l", tuple(_canonical(item) for item in value))
     if isinstance(value, Mapping):
         return ("d", frozenset((k, _canonical(v)) for k, v in value.items()))
@@ -87,7 +93,7 @@ def _check_json(value: Any, path: str, depth: int = 0) -> None:
         if not _finite(value):
             raise InvalidAt(path, "numbers must be finite")
         return
-    if isinstance(value, list | tuple):
+    if isinstance(value, ARRAYS):
         for i, item in enumerate(value):
             _check_json(item, f"{path}[{i}]", depth + 1)
         return
@@ -195,16 +201,20 @@ def _numbers(op: str, values: Sequence[Any], path: str) -> list[float]:
 
 
 def _in(values: Sequence[Any], path: str) -> tuple[Predicate, frozenset[str]]:
+    others = []
     for i, v in enumerate(values):
-        _check_json(v, f"{path}[{i}]")
+        if v.__class__ is not str:
+            _check_json(v, f"{path}[{i}]")
+            others.append(v)
     strings = frozenset(str(v) for v in values if isinstance(v, str))
-    keys = frozenset(_canonical(v) for v in values)
-    composite = any(isinstance(v, list | tuple | Mapping) for v in values)
+    # Strings are compared through ``strings``; ``keys`` holds the canonical forms of the rest.
+    keys = frozenset(_canonical(v) for v in others if not isinstance(v, str))
+    composite = any(isinstance(v, COMPOSITES) for v in others)
 
     def match_in(value: Any) -> bool:
-        if value.__class__ is str:
-            return value in strings
-        if not composite and isinstance(value, list | tuple | Mapping):
+        if isinstance(value, str):
+            return str(value) in strings
+        if not keys or (not composite and isinstance(value, COMPOSITES)):
             return False
         return _canonical(value) in keys
 

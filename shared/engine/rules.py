@@ -17,6 +17,7 @@ from typing import Any
 from shared.engine import operators
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, bucketable
 from shared.engine.model import InvalidAt
+from shared.engine.operators import ARRAYS
 from shared.wire.snapshot import Clause, SegmentRule, SegmentSnapshot
 
 Context = Mapping[str, Any]
@@ -46,7 +47,7 @@ def bucket_input(context: Context, key: str, attribute: str) -> str | None:
 
 
 def sequence(value: Any, path: str) -> Sequence[Any]:
-    if not isinstance(value, list | tuple):
+    if not isinstance(value, ARRAYS):
         raise InvalidAt(path, "expected an array")
     return value
 
@@ -60,7 +61,7 @@ def text(value: Any, path: str, *, empty: bool = False) -> str:
 def _apply(value: Any, predicate: operators.Predicate, negate: bool) -> bool:
     if value is None:
         return False
-    if isinstance(value, list | tuple):
+    if isinstance(value, ARRAYS):
         for item in value:
             if item is not None and predicate(item):
                 return not negate
@@ -214,17 +215,17 @@ def segment_references(segment: Any) -> list[tuple[str, str]]:
     """``(path, segment key)`` of every segmentMatch value in a segment's rules, best effort."""
     found: list[tuple[str, str]] = []
     rules = getattr(segment, "rules", ())
-    if not isinstance(rules, list | tuple):
+    if not isinstance(rules, ARRAYS):
         return found
     for i, rule in enumerate(rules):
         clauses = getattr(rule, "clauses", ())
-        if not isinstance(clauses, list | tuple):
+        if not isinstance(clauses, ARRAYS):
             continue
         for j, clause in enumerate(clauses):
             if getattr(clause, "op", None) != operators.SEGMENT_MATCH:
                 continue
             values = getattr(clause, "values", ())
-            if not isinstance(values, list | tuple):
+            if not isinstance(values, ARRAYS):
                 continue
             for k, value in enumerate(values):
                 if isinstance(value, str):
