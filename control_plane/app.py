@@ -25,6 +25,7 @@ from control_plane.deps import provide_scope
 from control_plane.domain.coderefs.controllers import CodeRefController
 from control_plane.domain.environments.controllers import EnvironmentController
 from control_plane.domain.events.controllers import EventController
+from control_plane.domain.experiments.controllers import ExperimentController
 from control_plane.domain.flags.controllers import FlagController
 from control_plane.domain.keys.controllers import KeyController
 from control_plane.domain.metrics.controllers import MetricController
@@ -46,6 +47,7 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     CodeRefController,
     EventController,
     MetricController,
+    ExperimentController,
     relay_stream,
 ]
 UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/schema"]

@@ -138,7 +138,14 @@ def pairs(prepared: Prepared) -> dict[str, tuple[PairStats | str, float | None]]
         elif isinstance(t, str):
             out[key] = (f"{key}: {t}", None)
         else:
-            pair = pair_stats(c, t)
+            try:
+                pair = pair_stats(c, t)
+            except ArithmeticError:
+                out[key] = ("numerically degenerate input", None)
+                continue
+            if not (math.isfinite(pair.difference) and math.isfinite(pair.variance)):
+                out[key] = ("numerically degenerate input", None)
+                continue
             reduction = None
             if prepared.cuped is not None and prepared.cuped.applied:
                 reduction = variance_reduction(

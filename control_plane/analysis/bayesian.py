@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from scipy import special
@@ -30,7 +31,7 @@ from scipy import special
 from .arms import PairStats, pairs, prepare
 from .frequentist import check_alpha
 from .moments import Moments
-from .results import AnalysisResult, Direction, build_comparisons
+from .results import AnalysisResult, Direction, build_comparisons, guarded
 
 DEFAULT_PRIOR_SD = 0.3
 
@@ -119,8 +120,16 @@ def bayesian(
         if isinstance(pair, str):
             fields[key] = {"engine": "bayesian", "interval": "credible", "reason": pair}
             continue
-        fields[key] = _compare(
-            pair, alpha=alpha, direction=direction, prior_mean=prior_mean, prior_sd=prior_sd
+        fields[key] = guarded(
+            partial(
+                _compare,
+                pair,
+                alpha=alpha,
+                direction=direction,
+                prior_mean=prior_mean,
+                prior_sd=prior_sd,
+            ),
+            {"engine": "bayesian", "interval": "credible"},
         )
         fields[key]["variance_reduction"] = reduction
     return AnalysisResult(

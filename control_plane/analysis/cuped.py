@@ -16,6 +16,7 @@ their covariate would itself be a ratio and the moments carry no Σxz; see docs/
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -35,6 +36,7 @@ class CupedInfo:
     reason: str | None = None
 
 
+DEGENERATE = "CUPED skipped: numerically degenerate covariate moments"
 RATIO_REFUSAL = (
     "CUPED is not applied to ratio metrics (the covariate would be a ratio too and its "
     "cross-moments with the denominator are not collected); the analysis is unadjusted"
@@ -45,6 +47,20 @@ def cuped_adjust(
     arms: Mapping[K, Moments],
 ) -> tuple[CupedInfo, dict[K, tuple[float, float]]]:
     """θ plus each arm's adjusted (mean, per-unit variance); arms with n < 2 are left out."""
+    try:
+        info, adjusted = _adjust(arms)
+    except (ArithmeticError, ValueError):
+        return CupedInfo(False, reason=DEGENERATE), {}
+    values = [info.theta or 0.0, info.variance_reduction or 0.0]
+    values += [v for pair in adjusted.values() for v in pair]
+    if not all(math.isfinite(v) for v in values):
+        return CupedInfo(False, reason=DEGENERATE), {}
+    return info, adjusted
+
+
+def _adjust(
+    arms: Mapping[K, Moments],
+) -> tuple[CupedInfo, dict[K, tuple[float, float]]]:
     usable = {k: m for k, m in arms.items() if m.n >= 2 and m.is_finite()}
     pooled = combine(usable.values())
     if pooled.n < 2:
@@ -60,7 +76,7 @@ def cuped_adjust(
         vy = sample_var(m.n, m.sum_y, m.sum_y2)
         vx = sample_var(m.n, m.sum_x, m.sum_x2)
         cxy = sample_cov(m.n, m.sum_y, m.sum_x, m.sum_xy)
-        v_adj = max(vy - 2.0 * theta * cxy + theta * theta * vx, 0.0)
+        v_adj = max(vy - theta * cxy, 0.0)
         adjusted[key] = (m.sum_y / m.n - theta * (m.sum_x / m.n - mean_x), v_adj)
         raw_ss += (m.n - 1) * vy
         adj_ss += (m.n - 1) * v_adj

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from scipy import special
 
 from .arms import PairStats, pairs, prepare
 from .moments import Moments
-from .results import AnalysisResult, build_comparisons
+from .results import AnalysisResult, build_comparisons, guarded
 
 
 def check_alpha(alpha: float) -> None:
@@ -86,7 +87,9 @@ def frequentist(
         if isinstance(pair, str):
             fields[key] = {"engine": "frequentist", "reason": pair}
         else:
-            fields[key] = _compare(pair, ratio=ratio, alpha=alpha)
+            fields[key] = guarded(
+                partial(_compare, pair, ratio=ratio, alpha=alpha), {"engine": "frequentist"}
+            )
             fields[key]["variance_reduction"] = reduction
     return AnalysisResult(
         engine="frequentist",

@@ -123,20 +123,34 @@ def summarise(m: Moments, *, ratio: bool) -> ArmSummary:
         return ArmSummary(m.n, None, None, None, reason="non-finite sufficient statistics")
     if m.n < 1:
         return ArmSummary(max(m.n, 0), None, None, None, reason="no exposed units")
-    if ratio:
-        if m.sum_z == 0:
-            return ArmSummary(m.n, None, None, None, reason="ratio denominator is zero")
-        r = m.sum_y / m.sum_z
-        if m.n < 2:
-            return ArmSummary(m.n, r, None, None, reason="fewer than 2 exposed units")
-        mean_z = m.sum_z / m.n
-        var_y = sample_var(m.n, m.sum_y, m.sum_y2)
-        var_z = sample_var(m.n, m.sum_z, m.sum_z2)
-        cov_yz = sample_cov(m.n, m.sum_y, m.sum_z, m.sum_yz)
-        variance = max((var_y - 2.0 * r * cov_yz + r * r * var_z) / (mean_z * mean_z), 0.0)
-        return ArmSummary(m.n, r, variance, math.sqrt(variance / m.n))
+    try:
+        summary = _ratio_summary(m) if ratio else _mean_summary(m)
+    except (ArithmeticError, ValueError):
+        summary = None
+    if summary is None or not all(
+        v is None or math.isfinite(v) for v in (summary.mean, summary.variance, summary.std_error)
+    ):
+        return ArmSummary(m.n, None, None, None, reason="numerically degenerate input")
+    return summary
+
+
+def _mean_summary(m: Moments) -> ArmSummary:
     mean = m.sum_y / m.n
     if m.n < 2:
         return ArmSummary(m.n, mean, None, None, reason="fewer than 2 exposed units")
     variance = sample_var(m.n, m.sum_y, m.sum_y2)
     return ArmSummary(m.n, mean, variance, math.sqrt(variance / m.n))
+
+
+def _ratio_summary(m: Moments) -> ArmSummary:
+    if m.sum_z == 0:
+        return ArmSummary(m.n, None, None, None, reason="ratio denominator is zero")
+    r = m.sum_y / m.sum_z
+    if m.n < 2:
+        return ArmSummary(m.n, r, None, None, reason="fewer than 2 exposed units")
+    mean_z = m.sum_z / m.n
+    var_y = sample_var(m.n, m.sum_y, m.sum_y2)
+    var_z = sample_var(m.n, m.sum_z, m.sum_z2)
+    cov_yz = sample_cov(m.n, m.sum_y, m.sum_z, m.sum_yz)
+    variance = max((var_y - 2.0 * r * cov_yz + r * r * var_z) / (mean_z * mean_z), 0.0)
+    return ArmSummary(m.n, r, variance, math.sqrt(variance / m.n))

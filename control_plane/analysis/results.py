@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,3 +79,18 @@ def build_comparisons(
             f["p_value_adjusted"] = pa
             f["significant"] = pa is not None and pa < alpha
     return {key: Comparison(arm=key, **f) for key, f in fields_by_arm.items()}
+
+
+DEGENERATE = "numerically degenerate input"
+
+
+def guarded(compute: Callable[[], dict[str, Any]], fallback: dict[str, Any]) -> dict[str, Any]:
+    """Run an engine's arithmetic; extreme inputs (overflow, underflow to zero, a non-finite
+    result) give ``fallback`` with a reason instead of an exception or a NaN."""
+    try:
+        out = compute()
+    except (ArithmeticError, ValueError):
+        return fallback | {"reason": DEGENERATE}
+    if any(isinstance(v, float) and not math.isfinite(v) for v in out.values()):
+        return fallback | {"reason": DEGENERATE}
+    return out

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from .arms import Estimate, PairStats, pairs, prepare
 from .frequentist import check_alpha
 from .moments import Moments
-from .results import AnalysisResult, build_comparisons
+from .results import AnalysisResult, build_comparisons, guarded
 
 DEFAULT_MIXING_SD = 0.05
 
@@ -140,7 +141,15 @@ def sequential(
             if tau2 is not None
             else _tau2(prepared.raw_estimates[key], prepared.raw_control_estimate, pair, mixing_sd)
         )
-        fields[key] = _compare(pair, t2, alpha=alpha, previous=prev)
+        fields[key] = guarded(
+            partial(_compare, pair, t2, alpha=alpha, previous=prev),
+            {
+                "engine": "sequential",
+                "interval": "confidence_sequence",
+                "p_value": prev,
+                "always_valid_p_value": prev,
+            },
+        )
         fields[key]["variance_reduction"] = reduction
     return AnalysisResult(
         engine="sequential",

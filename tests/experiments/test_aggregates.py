@@ -15,7 +15,12 @@ from control_plane.analysis.moments import Moments
 from control_plane.db.engine import make_async_engine
 from control_plane.db.migrate import upgrade
 from control_plane.db.models import Event, Exposure, Project
-from control_plane.domain.experiments.aggregates import CUPED_WINDOW_MS, MetricSpec, arm_moments
+from control_plane.domain.experiments.aggregates import (
+    CUPED_WINDOW_MS,
+    ArmAggregate,
+    MetricSpec,
+    arm_moments,
+)
 
 DAY = 24 * 3600 * 1000
 
@@ -80,7 +85,7 @@ def test_arm_moments_match_raw_computation(database_url: str, cuped: bool) -> No
         MetricSpec("aov", "purchase", "mean"),
     ]
 
-    async def run() -> dict[str, dict[str, Moments]]:
+    async def run() -> dict[str, dict[str, ArmAggregate]]:
         engine = make_async_engine(database_url)
         try:
             async with async_sessionmaker(engine)() as session:
@@ -126,7 +131,14 @@ def test_arm_moments_match_raw_computation(database_url: str, cuped: bool) -> No
         want = expected(exposures, events, metric, cuped)
         assert set(got[metric.key]) == set(want)
         for arm, moments in want.items():
-            assert astuple(got[metric.key][arm]) == pytest.approx(astuple(moments)), (
+            converted = sum(
+                1
+                for unit, (a, at) in exposures.items()
+                if a == arm
+                and any(u == unit and n == metric.event and ts >= at for u, n, _, ts in events)
+            )
+            assert got[metric.key][arm].converted == converted
+            assert astuple(got[metric.key][arm].moments) == pytest.approx(astuple(moments)), (
                 metric.key,
                 arm,
             )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Float, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,6 +27,12 @@ from control_plane.analysis.moments import Moments
 from control_plane.db.models import Event, Exposure
 
 CUPED_WINDOW_MS = 14 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ArmAggregate:
+    moments: Moments
+    converted: int  # exposed units with at least one matching event after exposure
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +66,8 @@ async def arm_moments(
     metrics: Sequence[MetricSpec],
     *,
     cuped: bool = False,
-) -> dict[str, dict[str, Moments]]:
-    """``{metric key: {arm: Moments}}`` for the units exposed to ``subject``."""
+) -> dict[str, dict[str, ArmAggregate]]:
+    """``{metric key: {arm: ArmAggregate}}`` for the units exposed to ``subject``."""
     if not metrics:
         return {}
     after = Event.ts >= Exposure.exposed_at
@@ -70,6 +77,8 @@ async def arm_moments(
     names: list[tuple[str, bool, bool]] = []  # (metric key, has z, has x)
     for index, metric in enumerate(metrics):
         y, z = _per_unit(metric, after)
+        converted, _ = _per_unit(MetricSpec(metric.key, metric.event, "conversion"), after)
+        columns.append(func.coalesce(converted, 0.0).label(f"c{index}"))
         columns.append(func.coalesce(y, 0.0).label(f"y{index}"))
         if z is not None:
             columns.append(func.coalesce(z, 0.0).label(f"z{index}"))
@@ -96,10 +105,14 @@ async def arm_moments(
         .group_by(Exposure.unit, Exposure.arm)
         .subquery()
     )
-    sums: list[ColumnElement[float]] = [func.count().label("n")]
+    sums: list[ColumnElement[Any]] = [func.count().label("n")]
     for index, (_key, has_z, has_x) in enumerate(names):
         y = per_unit.c[f"y{index}"]
-        sums += [func.sum(y).label(f"sy{index}"), func.sum(y * y).label(f"syy{index}")]
+        sums += [
+            func.sum(per_unit.c[f"c{index}"]).label(f"sc{index}"),
+            func.sum(y).label(f"sy{index}"),
+            func.sum(y * y).label(f"syy{index}"),
+        ]
         if has_z:
             z = per_unit.c[f"z{index}"]
             sums += [
@@ -115,7 +128,7 @@ async def arm_moments(
                 func.sum(x * y).label(f"sxy{index}"),
             ]
     query = select(per_unit.c.arm, *sums).group_by(per_unit.c.arm)
-    result: dict[str, dict[str, Moments]] = {key: {} for key, _, _ in names}
+    result: dict[str, dict[str, ArmAggregate]] = {key: {} for key, _, _ in names}
     for row in (await session.execute(query)).mappings():
         for index, (key, has_z, has_x) in enumerate(names):
 
@@ -123,15 +136,18 @@ async def arm_moments(
                 value = row[f"{name}{index}"]  # type: ignore[index]
                 return float(value or 0.0)
 
-            result[key][row["arm"]] = Moments(
-                n=int(row["n"]),
-                sum_y=get("sy"),
-                sum_y2=get("syy"),
-                sum_z=get("sz") if has_z else 0.0,
-                sum_z2=get("szz") if has_z else 0.0,
-                sum_yz=get("syz") if has_z else 0.0,
-                sum_x=get("sx") if has_x else 0.0,
-                sum_x2=get("sxx") if has_x else 0.0,
-                sum_xy=get("sxy") if has_x else 0.0,
+            result[key][row["arm"]] = ArmAggregate(
+                converted=int(get("sc")),
+                moments=Moments(
+                    n=int(row["n"]),
+                    sum_y=get("sy"),
+                    sum_y2=get("syy"),
+                    sum_z=get("sz") if has_z else 0.0,
+                    sum_z2=get("szz") if has_z else 0.0,
+                    sum_yz=get("syz") if has_z else 0.0,
+                    sum_x=get("sx") if has_x else 0.0,
+                    sum_x2=get("sxx") if has_x else 0.0,
+                    sum_xy=get("sxy") if has_x else 0.0,
+                ),
             )
     return result

@@ -338,3 +338,46 @@ async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.Metr
         primary=primary.key if primary else None,
         guardrails=[g.key for g in guardrails],
     )
+
+
+async def with_results(scope: Scope, id_or_key: str) -> s.ExperimentWithResults:
+    """The experiment and its results against its metrics (``goal`` as conversion if none)."""
+    from control_plane.domain.experiments.results import MetricDef, analyse_subject
+
+    row = await find(scope, id_or_key)
+    out = await experiment_out(scope, row)
+    ids = [i for i in [row.primary_metric_id, *row.guardrail_metric_ids] if i]
+    by_id = (
+        {m.id: m for m in await scope.session.scalars(select(Metric).where(Metric.id.in_(ids)))}
+        if ids
+        else {}
+    )
+    primary = (
+        MetricDef.of(by_id[row.primary_metric_id])
+        if row.primary_metric_id in by_id
+        else MetricDef(
+            key=f"goal:{row.goal}",
+            name=row.goal,
+            event=row.goal,
+            aggregation="conversion",
+            direction="higher",
+        )
+    )
+    guardrails = [MetricDef.of(by_id[i]) for i in row.guardrail_metric_ids if i in by_id]
+    weights = {x["key"]: float(x["weight"]) for x in row.variants if x.get("weight") is not None}
+    results = await analyse_subject(
+        scope.session,
+        scope.project_id,
+        kind="experiment",
+        subject=row.id,
+        arms=[x["key"] for x in row.variants],
+        control=CONTROL,
+        weights=weights or None,
+        primary=primary,
+        guardrails=guardrails,
+        engine=row.stats_engine,
+        cuped=row.cuped,
+    )
+    return s.ExperimentWithResults(
+        **{f: getattr(out, f) for f in out.__struct_fields__}, results=results
+    )

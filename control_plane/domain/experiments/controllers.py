@@ -1,0 +1,71 @@
+"""Experiment endpoints of the interface (management key)."""
+
+from __future__ import annotations
+
+from litestar import Controller, get, post, put
+from litestar.params import FromPath, JSONBody
+
+from control_plane.auth import KeyKind, requires
+from control_plane.deps import Ctx
+from control_plane.domain.experiments import schemas as s
+from control_plane.domain.experiments import services
+from control_plane.errors import StrictBody
+
+
+class ExperimentController(Controller):
+    path = "/experiments"
+    tags = ["experiments"]
+    guards = [requires(KeyKind.MANAGEMENT)]
+
+    @get("/", summary="Every experiment of the project with status, goal, selector and variants")
+    async def list_experiments(self, ctx: Ctx) -> s.ExperimentList:
+        experiments = await services.list_experiments(ctx)
+        return s.ExperimentList(experiments=experiments, count=len(experiments))
+
+    @post(
+        "/",
+        dto=StrictBody[s.ExperimentCreate],
+        return_dto=None,
+        summary="Create (and by default start) an experiment",
+    )
+    async def create(self, ctx: Ctx, data: JSONBody[s.ExperimentCreate]) -> s.Experiment:
+        return await services.create_experiment(ctx, data)
+
+    @get("/{id_or_key:str}", summary="An experiment with its results")
+    async def get_experiment(self, ctx: Ctx, id_or_key: FromPath[str]) -> s.ExperimentWithResults:
+        return await services.with_results(ctx, id_or_key)
+
+    @post(
+        "/{id_or_key:str}",
+        dto=StrictBody[s.StatusIn],
+        return_dto=None,
+        status_code=200,
+        summary="Change an experiment's status (draft, running, stopped)",
+    )
+    async def set_status(
+        self, ctx: Ctx, id_or_key: FromPath[str], data: JSONBody[s.StatusIn]
+    ) -> s.Experiment:
+        return await services.set_status(ctx, id_or_key, data)
+
+    @post(
+        "/{key:str}/assign",
+        dto=StrictBody[s.AssignIn],
+        return_dto=None,
+        status_code=200,
+        summary="Assign a unit to a variant (records its first exposure)",
+    )
+    async def assign(
+        self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.AssignIn]
+    ) -> s.Assignment:
+        return await services.assign(ctx, key, data)
+
+    @put(
+        "/{id_or_key:str}/metrics",
+        dto=StrictBody[s.MetricsIn],
+        return_dto=None,
+        summary="Set the primary metric and guardrails (by metric key or id)",
+    )
+    async def set_metrics(
+        self, ctx: Ctx, id_or_key: FromPath[str], data: JSONBody[s.MetricsIn]
+    ) -> s.MetricsSetting:
+        return await services.set_metrics(ctx, id_or_key, data)

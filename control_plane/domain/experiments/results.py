@@ -1,0 +1,212 @@
+"""Experiment and flag results: SQL sufficient statistics → the chosen engine → JSON.
+
+Metrics analysed: the primary metric (or, with none set, the experiment's ``goal`` as a
+conversion metric) and each guardrail. A sequential engine's always-valid p-values are kept as a
+running minimum across looks (``sequential_looks``), which keeps them valid and monotone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from control_plane.analysis import (
+    AnalysisResult,
+    Comparison,
+    Moments,
+    analyse,
+    decide_winner,
+    srm_check,
+)
+from control_plane.db.models import Metric, SequentialLook
+from control_plane.domain.experiments.aggregates import ArmAggregate, MetricSpec, arm_moments
+
+ALPHA = 0.05
+EMPTY = ArmAggregate(Moments(0, 0.0, 0.0), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDef:
+    key: str
+    name: str
+    event: str
+    aggregation: str
+    direction: str
+    format: str = ""
+
+    @classmethod
+    def of(cls, row: Metric) -> MetricDef:
+        return cls(row.key, row.name, row.event, row.aggregation, row.direction, row.format)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "name": self.name,
+            "event": self.event,
+            "aggregation": self.aggregation,
+            "direction": self.direction,
+            "format": self.format,
+        }
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _comparison_json(c: Comparison | None) -> dict[str, Any]:
+    if c is None:
+        return {}
+    return {
+        "uplift": _finite(c.uplift),
+        "ciLow": _finite(c.ci_low),
+        "ciHigh": _finite(c.ci_high),
+        "interval": c.interval,
+        "difference": _finite(c.difference),
+        "pValue": _finite(c.p_value),
+        "pValueAdjusted": _finite(c.p_value_adjusted),
+        "significant": c.significant,
+        "test": c.test,
+        "chanceToBeatControl": _finite(c.chance_to_beat_control),
+        "expectedLoss": _finite(c.expected_loss),
+        "alwaysValidPValue": _finite(c.always_valid_p_value),
+        "varianceReduction": _finite(c.variance_reduction),
+        "note": c.reason,
+    }
+
+
+async def _previous_p_values(
+    session: AsyncSession, subject: str, metric: str
+) -> dict[str, float | None]:
+    rows = await session.scalars(
+        select(SequentialLook).where(
+            SequentialLook.subject == subject, SequentialLook.metric == metric
+        )
+    )
+    return {row.arm: row.min_p_value for row in rows}
+
+
+async def _remember_looks(
+    session: AsyncSession, subject: str, metric: str, result: AnalysisResult
+) -> None:
+    for arm, comparison in result.comparisons.items():
+        p_value = comparison.always_valid_p_value
+        if p_value is None or not math.isfinite(p_value):
+            continue
+        row = await session.get(SequentialLook, (subject, metric, arm))
+        if row is None:
+            session.add(
+                SequentialLook(
+                    subject=subject, metric=metric, arm=arm, min_p_value=p_value, looks=1
+                )
+            )
+        else:
+            row.min_p_value = min(row.min_p_value, p_value)
+            row.looks += 1
+    await session.flush()
+
+
+async def analyse_subject(
+    session: AsyncSession,
+    project_id: str,
+    *,
+    kind: str,
+    subject: str,
+    arms: Sequence[str],
+    control: str,
+    weights: Mapping[str, float] | None,
+    primary: MetricDef,
+    guardrails: Sequence[MetricDef],
+    engine: str,
+    cuped: bool,
+) -> dict[str, Any]:
+    """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag)."""
+    metrics = [primary, *guardrails]
+    specs = [MetricSpec(m.key, m.event, m.aggregation) for m in metrics]
+    aggregates = await arm_moments(session, project_id, kind, subject, specs, cuped=cuped)
+    exposed = {arm: aggregates[primary.key].get(arm, EMPTY).moments.n for arm in arms}
+    srm = srm_check(exposed, weights)
+    blocks: dict[str, dict[str, Any]] = {}
+    comparisons: dict[str, Mapping[str, Comparison]] = {}
+    for metric in metrics:
+        by_arm = aggregates[metric.key]
+        previous = (
+            await _previous_p_values(session, subject, metric.key)
+            if engine == "sequential"
+            else None
+        )
+        result = analyse(
+            by_arm.get(control, EMPTY).moments,
+            {arm: by_arm.get(arm, EMPTY).moments for arm in arms if arm != control},
+            engine=engine,  # type: ignore[arg-type]
+            ratio=metric.aggregation == "mean",
+            alpha=ALPHA,
+            cuped=cuped,
+            direction=metric.direction,  # type: ignore[arg-type]
+            previous_p_values=previous,
+        )
+        if engine == "sequential":
+            await _remember_looks(session, subject, metric.key, result)
+        comparisons[metric.key] = result.comparisons
+        variants = []
+        for arm in arms:
+            summary = result.control if arm == control else result.treatments.get(arm)
+            variants.append(
+                {
+                    "key": arm,
+                    "exposed": exposed[arm],
+                    "conversions": by_arm.get(arm, EMPTY).converted,
+                    "rate": _finite(summary.mean) if summary is not None else None,
+                    **_comparison_json(result.comparisons.get(arm)),
+                }
+            )
+        blocks[metric.key] = {
+            "metric": metric.describe(),
+            "ratio": result.ratio,
+            "variants": variants,
+            "cuped": (
+                {
+                    "applied": result.cuped.applied,
+                    "theta": _finite(result.cuped.theta),
+                    "varianceReduction": _finite(result.cuped.variance_reduction),
+                    "note": result.cuped.reason,
+                }
+                if result.cuped is not None
+                else None
+            ),
+            "notes": list(result.notes),
+        }
+    winner, why = decide_winner(
+        comparisons[primary.key],
+        {g.key: comparisons[g.key] for g in guardrails},
+        {g.key: g.direction for g in guardrails},  # type: ignore[misc]
+        primary_direction=primary.direction,  # type: ignore[arg-type]
+        control_key=control,
+    )
+    if srm.flagged:
+        why = f"{why}; sample ratio mismatch (p={srm.p_value:.2g}): check assignment before trusting this"
+    primary_block = blocks[primary.key]
+    return {
+        "engine": engine,
+        "alpha": ALPHA,
+        "control": control,
+        "metric": primary_block["metric"],
+        "variants": primary_block["variants"],
+        "cuped": primary_block["cuped"],
+        "winner": winner,
+        "winnerReason": why,
+        "srm": {
+            "pValue": _finite(srm.p_value),
+            "statistic": _finite(srm.statistic),
+            "flagged": srm.flagged,
+            "threshold": srm.threshold,
+            "expected": dict(srm.expected),
+            "note": srm.reason,
+        },
+        "guardrails": [blocks[g.key] for g in guardrails],
+        "notes": primary_block["notes"],
+    }
