@@ -644,6 +644,8 @@ def validate_flag(
 
     ``flags`` are the environment's other flags (a stale copy of this one is ignored) and
     ``segments`` its segments; their own contents are not checked, only the flag's use of them.
+    Pass every flag of the environment: a prerequisite cycle can only be seen through the
+    flags given (a flag missing from ``flags`` counts as unknown, which is allowed).
     """
     try:
         key = text(getattr(flag, "key", None), "key")
