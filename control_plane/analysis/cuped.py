@@ -76,7 +76,7 @@ def _adjust(
         vy = sample_var(m.n, m.sum_y, m.sum_y2)
         vx = sample_var(m.n, m.sum_x, m.sum_x2)
         cxy = sample_cov(m.n, m.sum_y, m.sum_x, m.sum_xy)
-        v_adj = max(vy - theta * cxy, 0.0)
+        v_adj = max(vy - 2.0 * theta * cxy + theta * theta * vx, 0.0)
         adjusted[key] = (m.sum_y / m.n - theta * (m.sum_x / m.n - mean_x), v_adj)
         raw_ss += (m.n - 1) * vy
         adj_ss += (m.n - 1) * v_adj
