@@ -14,8 +14,8 @@ relative-uplift sequence uses the same formula on δ̂ = m_t/m_c - 1 with its de
 variance and mixing sd τ/|m_c|.
 
 τ is scale-dependent; by default it is ``mixing_sd`` (0.05) standard deviations of the metric's
-per-unit value, τ² = mixing_sd² · (s²_t + s²_c)/2 (unadjusted variances) — the test is then most
-powerful around n ≈ 20/mixing_sd² = 8,000 units per arm (where V/τ² ≈ 0.1). Pass ``tau2`` to fix τ²
+per-unit value, τ² = mixing_sd² · (s²_t + s²_c)/2 (unadjusted variances) — the boundary (relative to
+the fixed-n one) is then tightest around n ≈ 20/mixing_sd² = 8,000 units per arm (V/τ² ≈ 0.1). Pass ``tau2`` to fix τ²
 in the metric's squared units instead (fixing it before the experiment starts is the textbook
 setting; the plug-in default is asymptotically equivalent).
 """
