@@ -11,7 +11,7 @@ from relay.forwarder import Forwarder
 from relay.http import build_http_app
 from relay.metrics import RelayMetrics
 from relay.persistence import SnapshotFiles
-from relay.routes import events
+from relay.routes import events, experiments
 from relay.settings import RelaySettings
 from relay.spool import Spool
 from relay.store import EnvironmentState, Store
@@ -35,7 +35,10 @@ class RelayApp:
         self.spool = Spool(settings.data_dir / "spool", max_bytes=settings.spool_max_bytes)
         self.forwarder = Forwarder(settings, self.spool)
         self.http = build_http_app(
-            self.store, settings, self.metrics, extra_routes=[events.registrar(self.spool)]
+            self.store,
+            settings,
+            self.metrics,
+            extra_routes=[events.registrar(self.spool), experiments.registrar(self.spool)],
         )
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -9,11 +9,19 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from control_plane.db.models import Environment, Experiment, Flag, FlagSetting, Project, Segment
+from control_plane.db.models import (
+    Environment,
+    Experiment,
+    Flag,
+    FlagMetric,
+    FlagSetting,
+    Project,
+    Segment,
+)
 from shared.wire import snapshot as w
 
 
-def flag_snapshot(flag: Flag, setting: FlagSetting) -> w.FlagSnapshot:
+def flag_snapshot(flag: Flag, setting: FlagSetting, *, tracked: bool = False) -> w.FlagSnapshot:
     return w.FlagSnapshot(
         key=flag.key,
         version=setting.version,
@@ -27,6 +35,7 @@ def flag_snapshot(flag: Flag, setting: FlagSetting) -> w.FlagSnapshot:
         prerequisites=tuple(msgspec.convert(x, w.Prerequisite) for x in setting.prerequisites),
         bucket_by=flag.bucket_by,
         client_side=flag.client_side,
+        track_exposures=tracked,
     )
 
 
@@ -102,7 +111,16 @@ async def compile_environment(
         )
         .order_by(Flag.key)
     )
-    flags = {flag.key: flag_snapshot(flag, setting) for flag, setting in rows}
+    tracked = set(
+        await session.scalars(
+            select(FlagMetric.flag_id)
+            .join(Flag, Flag.id == FlagMetric.flag_id)
+            .where(Flag.project_id == environment.project_id)
+        )
+    )
+    flags = {
+        flag.key: flag_snapshot(flag, setting, tracked=flag.id in tracked) for flag, setting in rows
+    }
     all_segments = await segments_for(session, environment.project_id)
     used = referenced_segments(flags, all_segments)
     running = await session.scalars(

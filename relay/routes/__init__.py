@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import msgspec
 
@@ -34,7 +35,7 @@ from relay.http import (
 from relay.metrics import RelayMetrics
 from relay.settings import RelaySettings
 from relay.store import Caller, EnvironmentState, Store
-from shared.engine import Evaluation, Reason, ofrep_error_code, openfeature_reason
+from shared.engine import Evaluation, Reason, context_key, ofrep_error_code, openfeature_reason
 from shared.wire.protocol import AccessKey
 
 __all__ = ["Admission", "Browser", "ContextError", "RateLimiter", "View", "parse_context"]
@@ -260,6 +261,12 @@ class Admission:
         self.headers = headers  # CORS set for this request; extend, do not share
 
 
+class ExposureReporter(Protocol):
+    def report(
+        self, state: EnvironmentState, unit: str | None, evaluations: Mapping[str, Evaluation]
+    ) -> None: ...
+
+
 class Browser:
     """The gate and shared services of the ``pk_`` endpoints."""
 
@@ -273,6 +280,17 @@ class Browser:
             if settings.rate_limit_per_s > 0
             else None
         )
+        self.exposures: ExposureReporter | None = None  # set by the experiments routes
+
+    def evaluated(
+        self,
+        state: EnvironmentState,
+        context: dict[str, Any],
+        evaluations: Mapping[str, Evaluation],
+    ) -> None:
+        """Tell the exposure reporter (if any) what a context was served."""
+        if self.exposures is not None:
+            self.exposures.report(state, context_key(context), evaluations)
 
     async def admit(self, request: Request, error_body: ErrorBody) -> Admission | Response:
         """Check the key, origin, rate and body; take the environment's state once."""

@@ -94,6 +94,7 @@ class OfrepRoutes:
             encoded = cache[key].get(id(evaluation))
             parts.append(encoded if encoded is not None else item(key, evaluation))
         self.metrics.count_evaluations(state.environment, len(parts))
+        self.browser.evaluated(state, context, evaluations)
         streams = self.streams.entry(request, state.environment, key_id, state.version)
         body = b"".join(
             (
@@ -131,6 +132,7 @@ class OfrepRoutes:
 
         evaluation = evaluate(state.compiled, key, context, time.time_ns() // 1_000_000)
         self.metrics.count_evaluations(state.environment, 1)
+        self.browser.evaluated(state, context, {key: evaluation})
         error = ofrep_error_code(evaluation)
         if error is None:
             return Response(200, admitted.view.ofrep_item(key, evaluation), headers)

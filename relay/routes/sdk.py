@@ -52,4 +52,5 @@ class SdkRoutes:
             encoded = cache[key].get(id(evaluation))
             parts.append(encoded if encoded is not None else item(key, evaluation))
         self.metrics.count_evaluations(state.environment, len(parts))
+        self.browser.evaluated(state, context, evaluations)
         return Response(200, b'{"flags":{' + b",".join(parts) + b"}}", headers)

@@ -89,6 +89,7 @@ class FlagSnapshot(WireStruct, frozen=True):
     bucket_by: str = "key"
     salt: str | None = None  # bucketing salt; None means the flag key
     client_side: bool = True
+    track_exposures: bool = False  # metrics are attached: relays report first evaluations
 
 
 class SegmentRule(WireStruct, frozen=True):

@@ -8,11 +8,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from control_plane.db.ids import new_id
-from control_plane.db.models import AuditEntry, Environment, Flag, FlagSetting, Segment
+from control_plane.db.models import (
+    AuditEntry,
+    Environment,
+    Flag,
+    FlagMetric,
+    FlagSetting,
+    Metric,
+    Segment,
+)
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
@@ -602,3 +610,83 @@ async def _check_with_engine(
         validate_flag(flag_snapshot(flag, setting), segments, others)
     except CompileError as exc:
         raise invalid(exc.path or "body", exc.message) from exc
+
+
+async def set_flag_metrics(scope: Scope, key: str, body: s.FlagMetricsIn) -> s.FlagMetrics:
+    """Attach metrics to a flag (replacing the set); relays then report its exposures."""
+    from control_plane.domain.metrics.services import find as find_metric
+
+    flag = await _flag(scope, key)
+    problems = v.Problems()
+    metrics: list[Metric] = []
+    for i, ref in enumerate(body.metrics):
+        metric = await find_metric(scope, ref)
+        if metric is None:
+            problems.add(f"metrics[{i}]", f"unknown metric {ref!r}")
+        elif metric.id in {m.id for m in metrics}:
+            problems.add(f"metrics[{i}]", f"{ref!r} is listed twice")
+        else:
+            metrics.append(metric)
+    problems.raise_if_any()
+    before = [
+        r.metric_id
+        for r in await scope.session.scalars(
+            select(FlagMetric).where(FlagMetric.flag_id == flag.id)
+        )
+    ]
+    await scope.session.execute(delete(FlagMetric).where(FlagMetric.flag_id == flag.id))
+    scope.session.add_all(
+        FlagMetric(flag_id=flag.id, metric_id=m.id, position=i) for i, m in enumerate(metrics)
+    )
+    await scope.session.flush()
+    if bool(before) != bool(metrics):
+        await _touch_all_settings(scope, flag)  # exposure tracking switched on or off
+    scope.audit(
+        "flag.metrics",
+        "flag",
+        key,
+        before={"metrics": before},
+        after={"metrics": [m.key for m in metrics]},
+    )
+    return s.FlagMetrics(flag=key, metrics=[m.key for m in metrics])
+
+
+async def flag_metric_results(scope: Scope, key: str, baseline: int | None) -> s.FlagMetrics:
+    """Each attached metric analysed per variation, against the baseline variation."""
+    from control_plane.domain.experiments.results import MetricDef, analyse_subject
+
+    flag = await _flag(scope, key)
+    rows = await scope.session.execute(
+        select(Metric)
+        .join(FlagMetric, FlagMetric.metric_id == Metric.id)
+        .where(FlagMetric.flag_id == flag.id)
+        .order_by(FlagMetric.position)
+    )
+    metrics = [MetricDef.of(m) for m in rows.scalars()]
+    idxs = sorted(_idxs(flag))
+    if baseline is None:
+        off = [int(x["idx"]) for x in flag.variations if x["value"] is False]
+        baseline = off[0] if flag.type == "boolean" and off else idxs[0]
+    elif baseline not in idxs:
+        raise invalid("baseline", f"no variation has idx {baseline}")
+    results = [
+        await analyse_subject(
+            scope.session,
+            scope.project_id,
+            kind="flag",
+            subject=flag.key,
+            arms=[str(baseline), *(str(i) for i in idxs if i != baseline)],
+            control=str(baseline),
+            weights=None,
+            primary=metric,
+            guardrails=[],
+            engine="frequentist",
+            cuped=False,
+        )
+        for metric in metrics
+    ]
+    for result in results:
+        result.pop("srm", None)  # flag rollouts need not be even: no sample-ratio check
+    return s.FlagMetrics(
+        flag=key, metrics=[m.key for m in metrics], baseline=baseline, results=results
+    )
