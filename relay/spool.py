@@ -223,10 +223,15 @@ class Spool:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._data.wait(), timeout)
 
-    def read(self, max_events: int) -> Batch:
-        """Whole records from the cursor, up to ``max_events`` (at least one record if any)."""
+    @property
+    def cursor(self) -> Position:
+        return self._cursor
+
+    def read(self, max_events: int, origin: Position | None = None) -> Batch:
+        """Whole records from ``origin`` (default: the cursor), up to ``max_events`` (at least one
+        record if any)."""
         events: list[dict[str, Any]] = []
-        position = self._cursor
+        position = self._cursor if origin is None else origin
         size = 0
         for segment in [s for s in self._segments if s >= position.segment]:
             start = position.offset if segment == position.segment else 0

@@ -184,7 +184,6 @@ class Event(Base):
     __tablename__ = "events"
     __table_args__ = (
         UniqueConstraint("project_id", "event_id"),
-        Index("ix_events_name_ts", "project_id", "event", "ts"),
         Index("ix_events_unit_ts", "project_id", "unit", "ts"),
         Index("ix_events_ts", "project_id", "ts", "id"),
         Index("ix_events_analysis", "project_id", "event", "unit", "ts"),

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from control_plane.auth import KeyKind
 from control_plane.db.models import Event
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
+from control_plane.domain.events.store import insert_events
 from control_plane.domain.experiments.exposures import EXPERIMENT_EXPOSURE, FLAG_EXPOSURE
 from control_plane.domain.experiments.exposures import from_events as record_exposures
 from control_plane.errors import ApiError, FieldError, invalid_many
@@ -76,15 +76,7 @@ async def ingest(scope: Scope, kind: KeyKind, items: Sequence[s.EventIn], now: i
         }
         for item in items
     ]
-    dialect = scope.session.bind.dialect.name if scope.session.bind is not None else "sqlite"
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = (
-        insert(Event)
-        .values(rows)
-        .on_conflict_do_nothing(index_elements=["project_id", "event_id"])
-        .returning(Event.id)
-    )
-    inserted = len((await scope.session.execute(statement)).all())
+    inserted = await insert_events(scope.session, rows)
     exposures = [row for row in rows if row["event"] in EXPOSURE_EVENTS]
     if exposures:
         await record_exposures(scope.session, scope.project_id, exposures)

@@ -43,7 +43,6 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_events")),
         sa.UniqueConstraint("project_id", "event_id", name=op.f("uq_events_project_id_event_id")),
     )
-    op.create_index("ix_events_name_ts", "events", ["project_id", "event", "ts"])
     op.create_index("ix_events_unit_ts", "events", ["project_id", "unit", "ts"])
     op.create_index("ix_events_ts", "events", ["project_id", "ts", "id"])
 
