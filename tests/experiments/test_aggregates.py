@@ -117,12 +117,10 @@ def test_arm_moments_match_raw_computation(database_url: str, cuped: bool) -> No
                     )
                     for u, n, v, ts in events
                 )
-                await session.flush()
-                result = await arm_moments(
+                await session.commit()  # analysis reads committed data
+                return await arm_moments(
                     session, project, "experiment", "exp_1", metrics, cuped=cuped
                 )
-                await session.rollback()
-                return result
         finally:
             await engine.dispose()
 

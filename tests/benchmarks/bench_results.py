@@ -1,0 +1,177 @@
+"""Experiment results on large data: 1,000,000 exposed units, 5,000,000 events.
+
+The data is generated inside the database (PostgreSQL: ``generate_series``; SQLite: a recursive
+CTE), then the real service computes the results of an experiment with a revenue primary metric
+and two guardrails (conversion and count) — the SQL sufficient statistics and the engine — timed
+over three runs. Python's peak memory during a run is reported too: the rows stay in the database.
+
+Target (issue 6): under 3 s on PostgreSQL. ``python -m tests.benchmarks.bench_results``;
+knobs: ``UNITS`` (1000000), ``EVENTS`` (5000000), ``SQLITE`` (1 to include SQLite).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from control_plane.db.engine import make_async_engine
+from control_plane.db.migrate import upgrade
+from control_plane.domain.experiments.results import MetricDef, analyse_subject
+from tests.benchmarks.common import Row, print_table
+from tests.conftest import POSTGRES_URL, PostgresDatabases
+
+UNITS = int(os.environ.get("UNITS", "1000000"))
+EVENTS = int(os.environ.get("EVENTS", "5000000"))
+BASE = 1_760_000_000_000
+PRIMARY = MetricDef("revenue", "Revenue", "purchase", "sum", "higher")
+GUARDRAILS = [
+    MetricDef("signup-rate", "Signups", "signup", "conversion", "higher"),
+    MetricDef("page-views", "Page views", "page_view", "count", "higher"),
+]
+
+SETUP = [
+    "INSERT INTO projects (id, key, name, created_at) VALUES ('prj_bench', 'bench', 'bench', CURRENT_TIMESTAMP)",
+]
+
+
+def generate_sql(dialect: str) -> list[str]:
+    series = (
+        "generate_series(1, {n}) AS s(g)"
+        if dialect == "postgresql"
+        else "(WITH RECURSIVE c(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM c WHERE g < {n}) SELECT g FROM c) AS s"
+    )
+    concat = "'u' || g" if dialect == "postgresql" else "'u' || g"
+    return [
+        f"""INSERT INTO exposures (project_id, kind, subject, unit, arm, exposed_at)
+            SELECT 'prj_bench', 'experiment', 'exp_bench', {concat},
+                   CASE WHEN g % 2 = 0 THEN 'control' ELSE 'treatment' END, {BASE} + g
+            FROM {series.format(n=UNITS)}""",
+        f"""INSERT INTO events (project_id, unit, event, value, ts, received_at, source)
+            SELECT 'prj_bench', 'u' || (g % {UNITS} + 1),
+                   CASE g % 10 WHEN 0 THEN 'purchase' WHEN 1 THEN 'signup' ELSE 'page_view' END,
+                   CASE WHEN g % 10 = 0 THEN 1000 + (g % 7919) + (g % 2) * 150 ELSE NULL END,
+                   {BASE} + {UNITS} + (g % 86400000), {BASE} + {UNITS} + (g % 86400000), 'server'
+            FROM {series.format(n=EVENTS)}""",
+    ]
+
+
+async def load(url: str) -> float:
+    engine = make_async_engine(url)
+    start = time.perf_counter()
+    try:
+        async with engine.begin() as connection:
+            for statement in SETUP + generate_sql(connection.dialect.name):
+                await connection.execute(text(statement))
+        async with engine.connect() as connection:
+            if connection.dialect.name == "postgresql":
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+                await connection.execute(text("VACUUM ANALYZE events"))
+                await connection.execute(text("VACUUM ANALYZE exposures"))
+            else:
+                await connection.execute(text("ANALYZE"))
+    finally:
+        await engine.dispose()
+    return time.perf_counter() - start
+
+
+async def results_once(url: str) -> tuple[float, int, dict[str, Any]]:
+    engine = make_async_engine(url)
+    try:
+        async with async_sessionmaker(engine)() as session:
+            tracemalloc.start()
+            start = time.perf_counter()
+            result = await analyse_subject(
+                session,
+                "prj_bench",
+                kind="experiment",
+                subject="exp_bench",
+                arms=["control", "treatment"],
+                control="control",
+                weights=None,
+                primary=PRIMARY,
+                guardrails=GUARDRAILS,
+                engine="frequentist",
+                cuped=False,
+            )
+            elapsed = time.perf_counter() - start
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            await session.rollback()
+            return elapsed, peak, result
+    finally:
+        await engine.dispose()
+
+
+def measure(name: str, url: str, rows: list[Row], target: str) -> None:
+    upgrade(url)
+    loaded = asyncio.run(load(url))
+    runs = [asyncio.run(results_once(url)) for _ in range(3)]
+    times = [r[0] for r in runs]
+    peak = max(r[1] for r in runs)
+    result = runs[-1][2]
+    exposed = sum(v["exposed"] for v in result["variants"])
+    rows.append(
+        Row(
+            f"{name}: results, primary + 2 guardrails (s, median of 3)",
+            f"{statistics.median(times):.2f}",
+            target,
+            f"min {min(times):.2f} / max {max(times):.2f}",
+        )
+    )
+    rows.append(
+        Row(
+            f"{name}: Python peak memory during results (MiB)",
+            f"{peak / 2**20:.1f}",
+            "flat in the number of events",
+            "",
+        )
+    )
+    rows.append(
+        Row(
+            f"{name}: data load ({UNITS:,} units, {EVENTS:,} events, s)",
+            f"{loaded:.1f}",
+            "",
+            f"exposed counted: {exposed:,}",
+        )
+    )
+
+
+def main() -> int:
+    rows: list[Row] = []
+    try:
+        databases = PostgresDatabases(POSTGRES_URL)
+    except Exception as exc:
+        rows.append(Row("PostgreSQL", f"unavailable: {exc}"))
+        databases = None
+    if databases is not None:
+        try:
+            measure("PostgreSQL", databases.new(), rows, "target < 3 s")
+        finally:
+            databases.close()
+    if os.environ.get("SQLITE", "1") == "1":
+        with tempfile.TemporaryDirectory(prefix="vane-results-") as tmp:
+            measure(
+                "SQLite", f"sqlite:///{Path(tmp) / 'bench.db'}", rows, "(printed for reference)"
+            )
+    print_table(
+        "Experiment results on large data (issue 6)",
+        rows,
+        [
+            f"{UNITS:,} exposed units, {EVENTS:,} events (10% purchase with value, 10% signup, 80% page_view); one SQL pass per experiment for all three metrics"
+        ],
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
