@@ -50,7 +50,7 @@ def generate_sql(dialect: str) -> list[str]:
         if dialect == "postgresql"
         else "(WITH RECURSIVE c(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM c WHERE g < {n}) SELECT g FROM c) AS s"
     )
-    concat = "'u' || g" if dialect == "postgresql" else "'u' || g"
+    concat = "'u' || g"
     return [
         f"""INSERT INTO exposures (project_id, kind, subject, unit, arm, exposed_at)
             SELECT 'prj_bench', 'experiment', 'exp_bench', {concat},
