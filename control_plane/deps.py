@@ -25,7 +25,12 @@ async def provide_scope(
     sessionmaker: async_sessionmaker[AsyncSession] = state.sessionmaker
     principal = request.user
     async with sessionmaker() as session:
-        scope = Scope(session=session, project_id=principal.project_id, actor=Actor.of(principal))
+        scope = Scope(
+            session=session,
+            project_id=principal.project_id,
+            actor=Actor.of(principal),
+            bayesian_prior_sd=state.settings.bayesian_prior_sd,
+        )
         try:
             yield scope
         except BaseException:

@@ -19,6 +19,7 @@ class Settings:
     bootstrap: bool = True  # create project `default` and first keys on an empty database
     heartbeat_s: float = 10.0  # relay stream heartbeats
     reconcile_s: float = 5.0  # compare served snapshot versions with the database this often
+    bayesian_prior_sd: float | None = 0.3  # normal prior on the log lift; None = flat
     replica_id: str = field(default_factory=lambda: "cp-" + secrets.token_hex(4))
 
     @classmethod
@@ -31,4 +32,16 @@ class Settings:
             bootstrap=(env.get("VANE_BOOTSTRAP", "1") not in {"0", "false", "no"}),
             heartbeat_s=float(env.get("VANE_HEARTBEAT_S") or 10.0),
             reconcile_s=float(env.get("VANE_RECONCILE_S") or 5.0),
+            bayesian_prior_sd=_prior(env.get("VANE_BAYESIAN_PRIOR_SD")),
         )
+
+
+def _prior(value: str | None) -> float | None:
+    if value is None or value == "":
+        return 0.3
+    if value.lower() in {"flat", "none"}:
+        return None
+    prior = float(value)
+    if prior <= 0:
+        raise ValueError("VANE_BAYESIAN_PRIOR_SD must be positive, or 'flat'")
+    return prior

@@ -40,6 +40,7 @@ class Scope:
     session: AsyncSession
     project_id: str
     actor: Actor
+    bayesian_prior_sd: float | None = 0.3
 
     def audit(
         self,

@@ -354,3 +354,25 @@ def test_sequential_p_values_never_increase_across_looks(api: Api) -> None:
     assert all(p is not None for p in looks)
     assert all(later <= earlier for earlier, later in itertools.pairwise(looks))
     assert looks[-1] < looks[0]
+
+
+def test_bayesian_engine_reports_chance_to_beat_control(api: Api) -> None:
+    exp = create(api, {**MANUAL, "statsEngine": "bayesian"})
+    rng = random.Random(5)
+    variants = {
+        f"u{i}": api.post(f"/experiments/{exp['key']}/assign", {"unit": f"u{i}"}).json()["variant"]
+        for i in range(300)
+    }
+    events = [
+        {"unit": u, "event": "purchase"}
+        for u, v in variants.items()
+        if rng.random() < (0.5 if v == "treatment" else 0.2)
+    ]
+    api.post("/events", {"events": events}, key=api.keys["server"])
+    results = api.get(f"/experiments/{exp['key']}").json()["results"]
+    treatment = next(v for v in results["variants"] if v["key"] == "treatment")
+    assert results["engine"] == "bayesian"
+    assert treatment["interval"] == "credible"
+    assert treatment["chanceToBeatControl"] > 0.95
+    assert treatment["expectedLoss"] >= 0
+    assert treatment["ciLow"] < treatment["uplift"] < treatment["ciHigh"]

@@ -123,6 +123,7 @@ async def analyse_subject(
     guardrails: Sequence[MetricDef],
     engine: str,
     cuped: bool,
+    prior_sd: float | None = 0.3,
 ) -> dict[str, Any]:
     """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag)."""
     metrics = [primary, *guardrails]
@@ -148,6 +149,7 @@ async def analyse_subject(
             cuped=cuped,
             direction=metric.direction,  # type: ignore[arg-type]
             previous_p_values=previous,
+            prior_sd=prior_sd,
         )
         if engine == "sequential":
             await _remember_looks(session, subject, metric.key, result)

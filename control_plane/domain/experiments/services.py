@@ -377,6 +377,7 @@ async def with_results(scope: Scope, id_or_key: str) -> s.ExperimentWithResults:
         guardrails=guardrails,
         engine=row.stats_engine,
         cuped=row.cuped,
+        prior_sd=scope.bayesian_prior_sd,
     )
     return s.ExperimentWithResults(
         **{f: getattr(out, f) for f in out.__struct_fields__}, results=results
