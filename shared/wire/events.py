@@ -108,5 +108,37 @@ def parse_batch(raw_items: Sequence[Any], now_ms: int) -> tuple[list[EventIn], l
     return items, problems
 
 
+class EventBatch(msgspec.Struct, forbid_unknown_fields=True):
+    events: list[EventIn]
+
+
+_batch_decoder: msgspec.json.Decoder[EventBatch] = msgspec.json.Decoder(EventBatch, strict=True)
+
+
+class _LooseBatch(msgspec.Struct, forbid_unknown_fields=True):
+    events: list[Any]
+
+
+def decode_batch(body: bytes, now_ms: int) -> tuple[list[EventIn], list[Problem]]:
+    """``{"events": [...]}`` decoded in one typed pass; only if that fails is each item examined
+    on its own, so that every bad item is named. ``msgspec.DecodeError`` for malformed JSON."""
+    try:
+        items = _batch_decoder.decode(body).events
+    except msgspec.ValidationError:
+        try:
+            loose = msgspec.json.decode(body, type=_LooseBatch, strict=True)
+        except msgspec.ValidationError as exc:
+            return [], [convert_problem("", exc)]
+        return parse_batch(loose.events, now_ms)
+    if not items or len(items) > MAX_BATCH:
+        return parse_batch(items, now_ms)
+    problems: list[Problem] = []
+    for index, item in enumerate(items):
+        found = check_event(item, now_ms, f"events[{index}].")
+        if found:
+            problems.extend(found)
+    return items, problems
+
+
 def integral(value: int | float | None) -> int | None:
     return None if value is None else int(value)

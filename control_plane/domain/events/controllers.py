@@ -11,9 +11,28 @@ from control_plane.auth import KeyKind, Principal, requires
 from control_plane.deps import Ctx
 from control_plane.domain.events import schemas as s
 from control_plane.domain.events import services
-from control_plane.errors import StrictBody
+from control_plane.errors import ApiError, FieldError, StrictBody, invalid_many
+from shared.wire import events
 
 INGEST = [requires(KeyKind.SERVER, KeyKind.MANAGEMENT, KeyKind.RELAY)]
+
+
+class BatchBody(StrictBody[s.EventBatchIn]):
+    """Decodes ``{"events": [...]}`` in one typed pass and checks every item; refuses the whole
+    batch (422, each bad item's index and field) if any is invalid."""
+
+    def decode_bytes(self, value: bytes) -> Any:
+        import msgspec
+
+        try:
+            items, problems = events.decode_batch(value, services.now_ms())
+        except msgspec.DecodeError as exc:
+            raise ApiError(
+                400, f"request body is not valid JSON: {exc}", code="malformed_json"
+            ) from exc
+        if problems:
+            raise invalid_many([FieldError(field, message) for field, message in problems])
+        return s.EventBatchIn(events=items)
 
 
 class EventController(Controller):
@@ -36,7 +55,7 @@ class EventController(Controller):
 
     @post(
         "/events",
-        dto=StrictBody[s.EventBatchIn],
+        dto=BatchBody,
         return_dto=None,
         status_code=200,
         guards=INGEST,
@@ -46,9 +65,7 @@ class EventController(Controller):
         self, ctx: Ctx, request: Request[Principal, Any, Any], data: JSONBody[s.EventBatchIn]
     ) -> s.Ack:
         now = services.now_ms()
-        return await services.ingest(
-            ctx, request.user.kind, services.parse_batch(data.events, now), now
-        )
+        return await services.ingest(ctx, request.user.kind, data.events, now)
 
     @get("/events", guards=[requires(KeyKind.MANAGEMENT)], summary="Stored events, newest first")
     async def list_events(

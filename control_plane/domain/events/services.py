@@ -18,7 +18,7 @@ from control_plane.auth import KeyKind
 from control_plane.db.models import Event
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
-from control_plane.domain.events.store import insert_events
+from control_plane.domain.events.store import EventColumns, insert_events
 from control_plane.domain.experiments.exposures import EXPERIMENT_EXPOSURE, FLAG_EXPOSURE
 from control_plane.domain.experiments.exposures import from_events as record_exposures
 from control_plane.errors import ApiError, FieldError, invalid_many
@@ -60,27 +60,17 @@ def _source(scope: Scope, kind: KeyKind, item: s.EventIn) -> str:
 async def ingest(scope: Scope, kind: KeyKind, items: Sequence[s.EventIn], now: int) -> s.Ack:
     if not items:
         return s.Ack(accepted=0, duplicates=0)
-    rows = [
-        {
-            "project_id": scope.project_id,
-            "event_id": item.event_id,
-            "unit": item.unit,
-            "event": item.event,
-            "value": events.integral(item.value),
-            "currency": item.currency,
-            "props": item.props,
-            "url": item.url,
-            "ts": item.ts if item.ts is not None else now,
-            "received_at": now,
-            "source": _source(scope, kind, item),
-        }
-        for item in items
-    ]
-    inserted = await insert_events(scope.session, rows)
-    exposures = [row for row in rows if row["event"] in EXPOSURE_EVENTS]
+    columns = EventColumns.of(
+        items,
+        project_id=scope.project_id,
+        received_at=now,
+        sources=[_source(scope, kind, item) for item in items],
+    )
+    inserted = await insert_events(scope.session, columns)
+    exposures = columns.rows_named(EXPOSURE_EVENTS)
     if exposures:
         await record_exposures(scope.session, scope.project_id, exposures)
-    return s.Ack(accepted=inserted, duplicates=len(rows) - inserted)
+    return s.Ack(accepted=inserted, duplicates=len(items) - inserted)
 
 
 def _event_out(row: Event) -> s.EventOut:

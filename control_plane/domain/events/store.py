@@ -1,19 +1,23 @@
 """Writing event batches fast, with the database deciding what is a duplicate.
 
-PostgreSQL: ``COPY`` the batch into a temporary table, then one
-``INSERT INTO events … SELECT … ON CONFLICT (project_id, event_id) DO NOTHING``; SQLite: one
-``executemany`` of ``INSERT … ON CONFLICT DO NOTHING``. Both run on the request's own connection,
-inside its transaction, and report how many rows were new. (Building a 500-row ``VALUES``
-statement through SQLAlchemy's compiler instead costs ~160 ms per batch.)
+PostgreSQL: one ``INSERT INTO events … SELECT * FROM unnest(<one array per column>)
+ON CONFLICT (project_id, event_id) DO NOTHING``; SQLite: one ``executemany`` of
+``INSERT … ON CONFLICT DO NOTHING``. Both run on the request's own connection, inside its
+transaction, and report how many rows were new. (Building a 500-row ``VALUES`` statement through
+SQLAlchemy's compiler instead costs ~160 ms per batch.) The batch is kept column by column, the
+shape the PostgreSQL statement takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from shared.wire.events import EventIn
 
 COLUMNS = (
     "project_id",
@@ -29,17 +33,6 @@ COLUMNS = (
     "source",
 )
 _COLUMN_LIST = ", ".join(COLUMNS)
-_PG_STAGING = """
-CREATE TEMP TABLE IF NOT EXISTS vane_events_in (
-    project_id varchar(40), event_id varchar(200), unit varchar(200), event varchar(200),
-    value bigint, currency varchar(3), props jsonb, url text, ts bigint, received_at bigint,
-    source varchar(16)
-) ON COMMIT DELETE ROWS
-"""
-_PG_MERGE = (
-    f"INSERT INTO events ({_COLUMN_LIST}) SELECT {_COLUMN_LIST} FROM vane_events_in "
-    "ON CONFLICT (project_id, event_id) DO NOTHING"
-)
 _PG_UNNEST = (
     f"INSERT INTO events ({_COLUMN_LIST}) "
     "SELECT * FROM unnest(%s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], "
@@ -53,51 +46,75 @@ _SQLITE_INSERT = (
 _json = msgspec.json.Encoder()
 
 
-def _tuple(row: dict[str, Any]) -> tuple[Any, ...]:
-    props = row["props"]
-    return (
-        row["project_id"],
-        row["event_id"],
-        row["unit"],
-        row["event"],
-        row["value"],
-        row["currency"],
-        None if props is None else _json.encode(props).decode(),
-        row["url"],
-        row["ts"],
-        row["received_at"],
-        row["source"],
-    )
+@dataclass(slots=True)
+class EventColumns:
+    """A batch of events as one list per column of ``events``."""
+
+    project_id: list[str]
+    event_id: list[str | None]
+    unit: list[str]
+    event: list[str]
+    value: list[int | None]
+    currency: list[str | None]
+    props: list[str | None]  # JSON text
+    url: list[str | None]
+    ts: list[int]
+    received_at: list[int]
+    source: list[str]
+
+    @classmethod
+    def of(
+        cls, items: Sequence[EventIn], *, project_id: str, received_at: int, sources: Sequence[str]
+    ) -> EventColumns:
+        encode = _json.encode
+        return cls(
+            project_id=[project_id] * len(items),
+            event_id=[i.event_id for i in items],
+            unit=[i.unit for i in items],
+            event=[i.event for i in items],
+            value=[None if i.value is None else int(i.value) for i in items],
+            currency=[i.currency for i in items],
+            props=[None if i.props is None else encode(i.props).decode() for i in items],
+            url=[i.url for i in items],
+            ts=[received_at if i.ts is None else i.ts for i in items],
+            received_at=[received_at] * len(items),
+            source=list(sources),
+        )
+
+    def arrays(self) -> list[list[Any]]:
+        return [getattr(self, name) for name in COLUMNS]
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return list(zip(*self.arrays(), strict=True))
+
+    def rows_named(self, names: Collection[str]) -> list[dict[str, Any]]:
+        """The events whose name is in ``names``, as dicts (``props`` decoded)."""
+        return [
+            {
+                "event": self.event[i],
+                "unit": self.unit[i],
+                "ts": self.ts[i],
+                "props": _props(self.props[i]),
+            }
+            for i, name in enumerate(self.event)
+            if name in names
+        ]
 
 
-_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+def _props(text: str | None) -> Any:
+    return None if text is None else msgspec.json.decode(text)
 
 
-def _copy_field(value: Any) -> str:
-    """One field in COPY's text format: ``\\N`` for NULL; backslash, tab, CR, LF escaped."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, int):
-        return str(value)
-    return str(value).translate(_ESCAPES)
-
-
-def copy_text(rows: Sequence[dict[str, Any]]) -> bytes:
-    """The whole batch as one COPY text block (one write instead of one await per row)."""
-    return "".join("\t".join(map(_copy_field, _tuple(row))) + "\n" for row in rows).encode()
-
-
-async def insert_events(session: AsyncSession, rows: Sequence[dict[str, Any]]) -> int:
-    """Insert ``rows`` (dicts keyed by ``COLUMNS``); returns how many were not duplicates."""
+async def insert_events(session: AsyncSession, batch: EventColumns) -> int:
+    """Insert ``batch``; returns how many events were not duplicates."""
     connection = await session.connection()
     raw = await connection.get_raw_connection()
     driver: Any = raw.driver_connection
     if connection.dialect.name == "postgresql":
-        columns = list(zip(*map(_tuple, rows), strict=True))
         async with driver.cursor() as cursor:
-            await cursor.execute(_PG_UNNEST, [list(c) for c in columns])
+            await cursor.execute(_PG_UNNEST, batch.arrays())
             return int(cursor.rowcount)
-    cursor = await driver.executemany(_SQLITE_INSERT, [_tuple(row) for row in rows])
+    cursor = await driver.executemany(_SQLITE_INSERT, batch.rows())
     try:
         return int(cursor.rowcount)
     finally:
