@@ -1,0 +1,320 @@
+"""A 10,000-flag environment: snapshot size, relay start-up and memory, one-flag change latency.
+
+Run from the repository root::
+
+    .venv/bin/python -m tests.benchmarks.bench_scale      # FLAGS=10000 SAMPLES=20
+
+The flags are written into a fresh SQLite database in-process, through the control plane's own
+service functions (``control_plane.domain.flags.services``: ``create_flag``, ``put_settings``,
+``put_rules`` in ``control_plane.cli.in_project`` transactions — the same validation, audit and
+version bumps as the API, minus HTTP), before any process starts. Each flag is the peer workload's
+shape: boolean, enabled, rule ``country in [5 of 10 countries]`` → true, fallthrough 50/50 by key.
+
+Then, in this process: the snapshot as the control plane compiles it (``compile_environment``),
+its msgpack size (``encode_snapshot``, and the ``SnapshotMessage`` frame a relay receives), and
+the relay's share of a first sync (msgpack decode, ``shared.engine.compile_snapshot``). With real
+processes: a relay's start → ``/readyz`` 200 (cold: the control plane builds the feed on that
+first connection; warm: a second relay while the feed is cached), the relay's RSS, and 20 toggles
+of one flag timed as in ``bench_killswitch`` (SSE event arrival, then polling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from control_plane.bootstrap import bootstrap
+from control_plane.cli import in_project
+from control_plane.db import migrate
+from control_plane.db.engine import make_async_engine
+from control_plane.db.models import Environment
+from control_plane.domain.common import Scope
+from control_plane.domain.flags import schemas as s
+from control_plane.domain.flags import services as flags
+from control_plane.publishing.compiler import compile_environment
+from shared.engine import compile_snapshot
+from shared.wire import protocol as p
+from shared.wire.snapshot import Snapshot, decode_snapshot, encode_snapshot
+from tests.benchmarks.bench_killswitch import propagation
+from tests.benchmarks.bench_relay_http import workload
+from tests.benchmarks.common import (
+    REPO,
+    Cleanup,
+    Row,
+    Spread,
+    log,
+    print_table,
+    process_tree,
+    rss_mib,
+    tree_rss_mib,
+    wait_quiet,
+    wait_ready,
+)
+from tests.e2e.test_relays import start_control_plane, start_relay
+
+FLAGS = int(os.environ.get("FLAGS", "10000"))
+SAMPLES = int(os.environ.get("SAMPLES", "20"))
+BATCH = 500
+TARGET_RSS_MIB = 200
+TOGGLED = "flag-00000"
+CACHE_DIR = Path(os.environ.get("SCALE_CACHE_DIR") or Path(tempfile.gettempdir()) / "vane-bench")
+
+
+def flag_key(i: int) -> str:
+    return f"flag-{i:05d}"
+
+
+async def _create(
+    scope: Scope, *, indices: range, countries_for: Callable[[int], list[str]]
+) -> None:
+    rollout = [s.WeightIn(idx=0, weight=50), s.WeightIn(idx=1, weight=50)]
+    for i in indices:
+        key = flag_key(i)
+        await flags.create_flag(scope, s.FlagCreate(key=key))
+        await flags.put_settings(
+            scope,
+            key,
+            "production",
+            s.EnvironmentSettingsIn(enabled=True, fallthrough=s.ServeIn(rollout=rollout)),
+        )
+        clause = s.ClauseIn(attribute="country", op="in", values=list(countries_for(i)))
+        rules = s.RulesIn(rules=[s.RuleIn(clauses=[clause], variation=0)])
+        await flags.put_rules(scope, key, "production", rules)
+
+
+async def generate(url: str, count: int) -> dict[str, str]:
+    """Migrate, bootstrap (returns the first keys) and write ``count`` flags."""
+    await asyncio.to_thread(migrate.upgrade, url)
+    engine = make_async_engine(url)
+    try:
+        issued = await bootstrap(async_sessionmaker(engine, expire_on_commit=False))
+    finally:
+        await engine.dispose()
+    keys = {key.kind.value: key.token for key in issued if key.environment in (None, "production")}
+    os.environ["VANE_DATABASE_URL"] = url  # in_project reads the database from the settings
+    _, countries_for, _ = workload()
+    for start in range(0, count, BATCH):
+        indices = range(start, min(start + BATCH, count))
+        await in_project("default", partial(_create, indices=indices, countries_for=countries_for))
+        log(f"{indices.stop:,} flags written")
+    return keys
+
+
+def _cache_key(count: int) -> str:
+    """Changes whenever the code that decides what the generated database holds changes."""
+    digest = hashlib.sha256(str(count).encode())
+    sources = [
+        *(REPO / "control_plane/domain/flags").glob("*.py"),
+        *(REPO / "control_plane/db/migrations/versions").glob("*.py"),
+        REPO / "control_plane/db/models.py",
+        REPO / "control_plane/domain/common.py",
+        REPO / "control_plane/bootstrap.py",
+    ]
+    for path in sorted(sources):
+        digest.update(path.name.encode() + path.read_bytes())
+    for function in (_create, generate, workload):
+        digest.update(inspect.getsource(function).encode())
+    return digest.hexdigest()[:16]
+
+
+def prepared_database(target: Path, count: int) -> tuple[dict[str, str], float, bool]:
+    """Write ``count`` flags into ``target`` (a new SQLite file): ``(keys, seconds, cached)``.
+
+    Generation costs minutes (about 50 SQL statements per flag through the services), so the
+    result is kept in ``SCALE_CACHE_DIR`` (default ``$TMPDIR/vane-bench``) under a key of the
+    flag count and the source of everything that shapes it; ``SCALE_CACHE=0`` regenerates.
+    """
+    use_cache = os.environ.get("SCALE_CACHE", "1").lower() not in {"0", "no", "false"}
+    cached = CACHE_DIR / f"flags-{count}-{_cache_key(count)}.db"
+    meta = cached.with_suffix(".json")
+    if use_cache and cached.exists() and meta.exists():
+        shutil.copyfile(cached, target)
+        saved = json.loads(meta.read_text())
+        return saved["keys"], float(saved["generate_s"]), True
+    started = time.perf_counter()
+    keys = asyncio.run(generate(f"sqlite:///{target}", count))
+    generate_s = time.perf_counter() - started
+    if use_cache:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        for stale in CACHE_DIR.glob(f"flags-{count}-*"):  # from older code: never used again
+            stale.unlink(missing_ok=True)
+        partial_copy = cached.with_suffix(".part")
+        shutil.copyfile(target, partial_copy)
+        partial_copy.replace(cached)
+        meta.write_text(json.dumps({"keys": keys, "generate_s": generate_s, "flags": count}))
+    return keys, generate_s, False
+
+
+async def snapshot_of(url: str) -> tuple[Snapshot, float]:
+    """The production snapshot exactly as the control plane builds it, and how long that took."""
+    engine = make_async_engine(url)
+    try:
+        sessionmaker: async_sessionmaker[AsyncSession] = async_sessionmaker(
+            engine, expire_on_commit=False
+        )
+        async with sessionmaker() as session:
+            environment = await session.scalar(
+                select(Environment).where(Environment.key == "production")
+            )
+            assert environment is not None
+            started = time.perf_counter()
+            snapshot = await compile_environment(session, environment)
+            return snapshot, (time.perf_counter() - started) * 1000
+    finally:
+        await engine.dispose()
+
+
+def median_ms(work: Callable[[], Any], runs: int = 3) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        work()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    began = time.perf_counter()
+    rows: list[Row] = []
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="vane-bench-scale-") as tmp, Cleanup() as cleanup:
+        tmp_path = Path(tmp)
+        url = f"sqlite:///{tmp_path / 'vane.db'}"
+        log(f"{FLAGS:,} flags through the flag services (or a cached copy)")
+        keys, generate_s, cached = prepared_database(tmp_path / "vane.db", FLAGS)
+
+        snapshot, db_compile_ms = asyncio.run(snapshot_of(url))
+        encoded = encode_snapshot(snapshot)
+        frame = p.encode(p.SnapshotMessage(snapshot=snapshot, access=p.Access(keys=())))
+        decode_ms = median_ms(partial(decode_snapshot, encoded))
+        compile_ms = median_ms(partial(compile_snapshot, snapshot))
+        del snapshot
+
+        busy = wait_quiet()
+        log("control plane")
+        cp = start_control_plane(url, tmp_path, keys=keys)
+        cleanup.add(cp.process)
+
+        log("relay, cold feed")
+        started = time.perf_counter()
+        relay = start_relay(cp.url, keys["relay"], tmp_path / "relay1")
+        cleanup.add(relay.process)
+        healthz_s = time.perf_counter() - started
+        wait_ready(relay.url)
+        cold_s = time.perf_counter() - started
+        time.sleep(1.0)  # the background write of the last-known-good snapshot
+        pids = process_tree(relay.process.popen.pid)
+        worker_rss = rss_mib(pids[-1])
+        relay_rss = tree_rss_mib(relay.process.popen.pid)
+
+        log("second relay, warm feed")
+        started = time.perf_counter()
+        second = start_relay(cp.url, keys["relay"], tmp_path / "relay2")
+        cleanup.add(second.process)
+        wait_ready(second.url)
+        warm_s = time.perf_counter() - started
+        second.process.stop()
+
+        log(f"{SAMPLES} toggles of {TOGGLED}, SSE then polling")
+        sse, enabled = asyncio.run(
+            propagation(cp, [relay.url], flag=TOGGLED, enabled=True, toggles=SAMPLES, method="sse")
+        )
+        rss_after_sse = rss_mib(pids[-1])
+        polled, _ = asyncio.run(
+            propagation(
+                cp, [relay.url], flag=TOGGLED, enabled=enabled, toggles=SAMPLES, method="polling"
+            )
+        )
+        worker_rss_after = rss_mib(pids[-1])
+
+    def spread(values: list[float]) -> str:
+        x = Spread.of(values)
+        return f"p50 {x.p50:,.0f} / max {x.max:,.0f} ms"
+
+    met = "met" if worker_rss_after < TARGET_RSS_MIB else "NOT met"
+    rows += [
+        Row(
+            "flags in `production` (rule + 50/50 fallthrough each)",
+            f"{FLAGS:,}",
+            "",
+            f"written in {generate_s:.0f} s (services in-process"
+            + ("; a cached copy of that database this run)" if cached else ")"),
+        ),
+        Row(
+            "full snapshot, msgpack (`encode_snapshot`)",
+            f"{len(encoded):,} B ({len(encoded) / 2**20:.2f} MiB)",
+            "",
+            f"{len(encoded) / FLAGS:.0f} B/flag",
+        ),
+        Row("`SnapshotMessage` websocket frame (no keys)", f"{len(frame):,} B", "", ""),
+        Row(
+            "control plane: database → snapshot (`compile_environment`)",
+            f"{db_compile_ms:,.0f} ms",
+            "",
+            "",
+        ),
+        Row("relay: msgpack decode of the snapshot (median of 3)", f"{decode_ms:,.0f} ms", "", ""),
+        Row("relay: `compile_snapshot` (median of 3)", f"{compile_ms:,.0f} ms", "", ""),
+        Row(
+            "relay start → `/readyz` 200, cold feed",
+            f"{cold_s:.2f} s",
+            "",
+            f"process up (`/healthz`) after {healthz_s:.2f} s",
+        ),
+        Row("relay start → `/readyz` 200, warm feed (second relay)", f"{warm_s:.2f} s", "", ""),
+        Row(
+            "relay worker RSS (VmRSS) after the toggles",
+            f"{worker_rss_after:.0f} MiB",
+            "",
+            f"target < {TARGET_RSS_MIB} MiB: {met}; at ready {worker_rss:.0f} MiB, after "
+            f"the SSE-phase toggles {rss_after_sse:.0f} MiB; main + worker at ready "
+            f"{relay_rss:.0f} MiB",
+        ),
+        Row(
+            f"one-flag toggle, SSE: response → relay ({len(sse.from_response)} samples)",
+            spread(sse.from_response),
+            "",
+            f"request sent → relay {spread(sse.from_start)}",
+        ),
+        Row(
+            f"one-flag toggle, polling: response → relay ({len(polled.from_response)} samples)",
+            spread(polled.from_response),
+            "",
+            f"request sent → relay {spread(polled.from_start)}",
+        ),
+        Row("toggle API round trip (SSE phase)", spread(sse.toggle_ms), "", ""),
+        Row(
+            "relay stall: longest poll round trip during each toggle",
+            spread(polled.longest_poll_ms),
+            "",
+            "requests wait while the relay applies the patch and recompiles",
+        ),
+    ]
+    if sse.missed or polled.missed:
+        notes.append(f"not seen within the timeout: {sse.missed} (SSE), {polled.missed} (polling)")
+    notes += [
+        "The toggle is published inside the API request (commit → recompile the environment "
+        "from the database → patch to relays) before the response is sent; the relay applies "
+        "the patch and compiles the whole snapshot again before swapping.",
+        f"Machine busy before the processes started: {busy:.0%}. "
+        f"Whole run {time.perf_counter() - began:.0f} s.",
+    ]
+    print_table(f"A {FLAGS:,}-flag environment (bench_scale)", rows, notes)
+
+
+if __name__ == "__main__":
+    main()
