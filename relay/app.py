@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from typing import Any
 
@@ -59,6 +60,13 @@ class RelayApp:
             )
 
     async def startup(self) -> None:
+        # after the swap's notifications have gone out, not before (kill-switch latency)
+        loop = asyncio.get_running_loop()
+
+        def freeze_soon(_state: EnvironmentState) -> None:
+            loop.call_later(0.2, freeze_heap)
+
+        self.store.listen(freeze_soon)
         self.load_saved()
         self.files.start()
         self.spool.start()
@@ -98,6 +106,17 @@ class RelayApp:
                 await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def freeze_heap() -> None:
+    """Move what is alive now (modules, the compiled snapshot) out of the collector's sight.
+
+    A relay holds a large, long-lived compiled snapshot; without this every full collection walks
+    it, pausing all requests for tens of milliseconds under load. Frozen objects are still freed
+    by reference counting when a newer snapshot replaces them.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def create_app_from_env() -> RelayApp:

@@ -30,8 +30,17 @@ def add_relay_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     relay.set_defaults(func=cmd_relay)
 
 
+def exec_relay_only(argv: list[str]) -> None:
+    """Replace this process with ``python -m relay``, which never imports the control plane:
+    a relay started as ``vane relay`` then weighs ~40 MiB less and collects garbage faster."""
+    os.execv(sys.executable, [sys.executable, "-m", "relay", *argv])
+
+
 def cmd_relay(args: argparse.Namespace) -> int:
     from granian import Granian
+
+    if "control_plane" in sys.modules and not os.environ.get("VANE_RELAY_NO_EXEC"):
+        exec_relay_only(sys.argv[2:] if sys.argv[1:2] == ["relay"] else sys.argv[1:])
 
     if args.key_file:
         with open(args.key_file) as handle:

@@ -134,6 +134,9 @@ class Hub:
         """Recompile one environment; if its version moved on, tell every relay that reads it."""
         lock = self._locks.setdefault(environment_id, asyncio.Lock())
         async with lock:
+            current = self.feeds.get(environment_id)
+            if current is not None and await self._version(environment_id) <= current.version:
+                return  # already compiled (e.g. the reconciler raced a request's refresh)
             built = await self._build(environment_id)
             if built is None:
                 return
@@ -152,6 +155,13 @@ class Hub:
         for connection in self.connections:
             if environment_id in connection.environment_ids:
                 connection.mark(environment_id)
+
+    async def _version(self, environment_id: str) -> int:
+        async with self._sessionmaker() as session:
+            version = await session.scalar(
+                select(Environment.snapshot_version).where(Environment.id == environment_id)
+            )
+        return int(version or 0)
 
     async def _project_of(self, environment_id: str) -> str:
         async with self._sessionmaker() as session:
