@@ -99,6 +99,11 @@ class Scope:
         pending.update(ids)
 
 
+def percent(units: int) -> float | int:
+    """A weight stored out of 100000 as the percentage users write (50, or 33.333)."""
+    return units // 1000 if units % 1000 == 0 else units / 1000
+
+
 def to_json(value: Any) -> Any:
     """Structs and datetimes to plain JSON values (for audit before/after columns)."""
     if value is None:

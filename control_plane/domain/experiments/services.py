@@ -11,7 +11,7 @@ from sqlalchemy import func, or_, select
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Metric
 from control_plane.db.types import utcnow
-from control_plane.domain.common import Scope
+from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import exposures
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.flags import validation as v
@@ -33,12 +33,6 @@ TRANSITIONS = {
 }
 
 
-def _percent(units: int | None) -> float | int | None:
-    if units is None:
-        return None
-    return units // 1000 if units % 1000 == 0 else units / 1000
-
-
 def variant_out(stored: dict[str, Any]) -> s.Variant:
     return s.Variant(
         key=stored["key"],
@@ -46,7 +40,7 @@ def variant_out(stored: dict[str, Any]) -> s.Variant:
         href=stored.get("href"),
         bg=stored.get("bg"),
         color=stored.get("color"),
-        weight=_percent(stored.get("weight")),
+        weight=None if stored.get("weight") is None else percent(stored["weight"]),
     )
 
 

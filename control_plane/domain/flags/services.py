@@ -22,7 +22,7 @@ from control_plane.db.models import (
     Segment,
 )
 from control_plane.db.types import utcnow
-from control_plane.domain.common import Scope
+from control_plane.domain.common import Scope, percent
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.errors import ApiError, conflict, invalid, not_found
@@ -48,15 +48,11 @@ def _stored(value: Any) -> Any:
     return msgspec.to_builtins(value)
 
 
-def _percent(units: int) -> float | int:
-    return units // 1000 if units % 1000 == 0 else units / 1000
-
-
 def serve_out(stored: dict[str, Any]) -> s.Serve:
     served: w.Serve = _wire(stored, w.Serve)
     if served.rollout is not None:
         return s.Serve(
-            rollout=[s.Weight(idx=i.idx, weight=_percent(i.weight)) for i in served.rollout],
+            rollout=[s.Weight(idx=i.idx, weight=percent(i.weight)) for i in served.rollout],
             bucket_by=served.bucket_by if served.bucket_by else msgspec.UNSET,
         )
     return s.Serve(variation=served.variation)

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from control_plane.db.ids import new_id
 from control_plane.db.models import Flag, FlagSetting, Segment
 from control_plane.db.types import utcnow
-from control_plane.domain.common import Scope
+from control_plane.domain.common import Scope, percent
 from control_plane.domain.flags import validation as v
 from control_plane.domain.flags.services import clause_out
 from control_plane.domain.segments import schemas as s
@@ -22,12 +22,6 @@ from shared.engine import CompileError, validate_segment
 from shared.wire import snapshot as w
 
 MAX_MEMBERS = 100_000
-
-
-def _percent(units: int | None) -> float | int | None:
-    if units is None:
-        return None
-    return units // 1000 if units % 1000 == 0 else units / 1000
 
 
 def segment_out(row: Segment) -> s.Segment:
@@ -43,7 +37,7 @@ def segment_out(row: Segment) -> s.Segment:
             s.SegmentRule(
                 id=r.id,
                 clauses=[clause_out(c) for c in r.clauses],
-                weight=_percent(r.weight),
+                weight=None if r.weight is None else percent(r.weight),
                 bucket_by=r.bucket_by,
             )
             for r in rules
