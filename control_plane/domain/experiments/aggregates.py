@@ -1,4 +1,4 @@
-"""Per-arm sufficient statistics computed in SQL, for several metrics at once.
+"""Per-arm sufficient statistics computed in SQL, for several metrics in one pass.
 
 For each exposed unit (its first exposure), over its events of the metrics' names at or after
 that exposure:
@@ -14,11 +14,10 @@ of large sums cannot overflow); ``c`` marks units with at least one matching eve
 receives one row per arm.
 
 Every statistic is a sum over units and a unit without matching events adds zero to each, so the
-sums come from an inner join of exposures and one metric's events, and the unit counts from the
-exposures alone. Each metric is a query of its own; on PostgreSQL each is also split by a hash of
-the unit into one partition per core, and all of them run at once on separate connections: the
-per-unit aggregation (one row per joined event, the costly step) then uses every core, and the
-partitions' sums add up. Analysis reads committed data.
+sums come from an inner join of exposures and events, and the unit counts from the exposures
+alone. On PostgreSQL the work is split by a hash of the unit into one partition per core, run at
+once on separate connections: the per-unit aggregation (one row per joined event, the costly step)
+then uses every core, and the partitions' sums add up. Analysis reads committed data.
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ class _Shape:
 def _per_unit(
     metric: MetricSpec, during: ColumnElement[bool]
 ) -> tuple[ColumnElement[float], ColumnElement[float] | None]:
-    """(y, z) per unit for ``metric`` over the joined events (all of ``metric.event``) where
-    ``during`` holds."""
-    matches = during
+    """(y, z) per unit for ``metric`` over the joined events where ``during`` holds."""
+    matches = and_(Event.event == metric.event, during)
     count = func.sum(case((matches, 1), else_=0))
     total = func.sum(case((matches, func.coalesce(Event.value, 0)), else_=0))
     if metric.aggregation == "conversion":
@@ -77,24 +75,26 @@ def _per_unit(
 
 
 def _unit_rows(
-    project_id: str, kind: str, subject: str, metric: MetricSpec, cuped: bool
-) -> tuple[Select[Any], _Shape]:
-    """One row per exposed unit with events of ``metric``: its arm and the metric's values.
-
-    Each metric is its own query with its event name in the join, so without CUPED every joined
-    event counts and the aggregates need no per-row conditions.
-    """
+    project_id: str, kind: str, subject: str, metrics: Sequence[MetricSpec], cuped: bool
+) -> tuple[Select[Any], list[_Shape]]:
+    """One row per exposed unit that has matching events: its arm and per-metric values."""
+    # Without CUPED the join keeps only events at or after the exposure already.
     after = Event.ts >= Exposure.exposed_at if cuped else true()
     before = and_(Event.ts < Exposure.exposed_at, Event.ts >= Exposure.exposed_at - CUPED_WINDOW_MS)
     window_start = Exposure.exposed_at - CUPED_WINDOW_MS if cuped else Exposure.exposed_at
-    y, z = _per_unit(metric, after)
-    converted, _ = _per_unit(MetricSpec(metric.key, metric.event, "conversion"), after)
-    columns: list[ColumnElement[Any]] = [converted.label("c0"), y.label("y0")]
-    if z is not None:
-        columns.append(z.label("z0"))
-    if cuped:
-        x, _ = _per_unit(metric, before)
-        columns.append(x.label("x0"))
+    columns: list[ColumnElement[Any]] = []
+    shapes: list[_Shape] = []
+    for index, metric in enumerate(metrics):
+        y, z = _per_unit(metric, after)
+        converted, _ = _per_unit(MetricSpec(metric.key, metric.event, "conversion"), after)
+        columns.append(converted.label(f"c{index}"))
+        columns.append(y.label(f"y{index}"))
+        if z is not None:
+            columns.append(z.label(f"z{index}"))
+        if cuped:
+            x, _ = _per_unit(metric, before)
+            columns.append(x.label(f"x{index}"))
+        shapes.append(_Shape(metric.key, z is not None, cuped))
     query = (
         select(Exposure.arm.label("arm"), *columns)
         .select_from(Exposure)
@@ -102,8 +102,8 @@ def _unit_rows(
             Event,
             and_(
                 Event.project_id == Exposure.project_id,
-                Event.event == metric.event,
                 Event.unit == Exposure.unit,
+                Event.event.in_(sorted({m.event for m in metrics})),
                 Event.ts >= window_start,
             ),
         )
@@ -112,7 +112,7 @@ def _unit_rows(
         )
         .group_by(Exposure.unit, Exposure.arm)
     )
-    return query, _Shape(metric.key, z is not None, cuped)
+    return query, shapes
 
 
 def _arm_sums(unit_rows: Select[Any], shapes: Sequence[_Shape]) -> Select[Any]:
@@ -197,36 +197,25 @@ async def arm_moments(
             )
         ).all()
     }
-    queries = [_unit_rows(project_id, kind, subject, metric, cuped) for metric in metrics]
-    shapes = [shape for _, shape in queries]
+    unit_rows, shapes = _unit_rows(project_id, kind, subject, metrics, cuped)
     engine = session.bind
     if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql":
         parts = _partitions()
-        sums_by_metric = [
-            _add_up(partials)
-            for partials in _chunks(
-                await asyncio.gather(
-                    *(
-                        _postgres_partition(engine, rows, [shape], k, parts)
-                        for rows, shape in queries
-                        for k in range(parts)
-                    )
-                ),
-                parts,
+        sums = _add_up(
+            await asyncio.gather(
+                *(_postgres_partition(engine, unit_rows, shapes, k, parts) for k in range(parts))
             )
-        ]
+        )
     else:
-        sums_by_metric = []
-        for rows, shape in queries:
-            result = await session.execute(_arm_sums(rows, [shape]))
-            sums_by_metric.append({row["arm"]: dict(row) for row in result.mappings()})
+        result = await session.execute(_arm_sums(unit_rows, shapes))
+        sums = {row["arm"]: dict(row) for row in result.mappings()}
     aggregates: dict[str, dict[str, ArmAggregate]] = {shape.key: {} for shape in shapes}
-    for shape, sums in zip(shapes, sums_by_metric, strict=True):
-        for arm, exposed in counts.items():
-            row = sums.get(arm, {})
+    for arm, exposed in counts.items():
+        row = sums.get(arm, {})
+        for index, shape in enumerate(shapes):
 
-            def get(name: str, row: dict[str, Any] = row) -> float:
-                return float(row.get(f"{name}0") or 0.0)
+            def get(name: str, row: dict[str, Any] = row, index: int = index) -> float:
+                return float(row.get(f"{name}{index}") or 0.0)
 
             aggregates[shape.key][arm] = ArmAggregate(
                 converted=int(get("sc")),
@@ -243,7 +232,3 @@ async def arm_moments(
                 ),
             )
     return aggregates
-
-
-def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
