@@ -109,14 +109,20 @@ class Hub:
         )
         return p.Access(keys=keys)
 
-    async def _build(self, environment_id: str) -> tuple[Snapshot, p.Access] | None:
+    async def _build(
+        self, environment_id: str, newer_than: int | None
+    ) -> tuple[str, Snapshot, p.Access] | None:
+        """(project id, snapshot, access) in one session; None if the environment is gone or not
+        newer than ``newer_than`` (already compiled, e.g. the reconciler raced a request)."""
         async with self._sessionmaker() as session:
             environment = await session.get(Environment, environment_id)
             if environment is None:
                 return None
+            if newer_than is not None and environment.snapshot_version <= newer_than:
+                return None
             snapshot = await compile_environment(session, environment)
             access = await self._access(session, environment)
-            return snapshot, access
+            return environment.project_id, snapshot, access
 
     async def feed(self, environment_id: str) -> Feed | None:
         """The environment's feed, compiled on first use."""
@@ -134,18 +140,12 @@ class Hub:
         """Recompile one environment; if its version moved on, tell every relay that reads it."""
         lock = self._locks.setdefault(environment_id, asyncio.Lock())
         async with lock:
-            current = self.feeds.get(environment_id)
-            if current is not None and await self._version(environment_id) <= current.version:
-                return  # already compiled (e.g. the reconciler raced a request's refresh)
-            built = await self._build(environment_id)
+            old = self.feeds.get(environment_id)
+            built = await self._build(environment_id, old.version if old is not None else None)
             if built is None:
                 return
-            snapshot, access = built
-            old = self.feeds.get(environment_id)
-            if old is not None and snapshot.version <= old.version:
-                return
+            project_id, snapshot, access = built
             full = p.encode(p.SnapshotMessage(snapshot=snapshot, access=access))
-            project_id = await self._project_of(environment_id)
             feed = Feed(environment_id, project_id, snapshot, access, full)
             if old is not None:
                 feed.patches = old.patches
@@ -155,20 +155,6 @@ class Hub:
         for connection in self.connections:
             if environment_id in connection.environment_ids:
                 connection.mark(environment_id)
-
-    async def _version(self, environment_id: str) -> int:
-        async with self._sessionmaker() as session:
-            version = await session.scalar(
-                select(Environment.snapshot_version).where(Environment.id == environment_id)
-            )
-        return int(version or 0)
-
-    async def _project_of(self, environment_id: str) -> str:
-        async with self._sessionmaker() as session:
-            project_id = await session.scalar(
-                select(Environment.project_id).where(Environment.id == environment_id)
-            )
-        return project_id or ""
 
     async def reconcile(self) -> None:
         """Catch up with changes this replica was not told about (a missed Redis notice)."""
