@@ -7,7 +7,6 @@ msgspec's messages are turned into details that name the field, e.g. ``rules[0].
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, TypeVar
 
 import msgspec
@@ -24,6 +23,8 @@ from litestar.exceptions import (
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi.spec import Reference, Schema
 from litestar.typing import FieldDefinition
+
+from shared.wire.events import convert_problem
 
 logger = logging.getLogger("vane.errors")
 
@@ -85,19 +86,9 @@ def invalid_many(details: list[FieldError]) -> ApiError:
     return ApiError(422, f"{first.field}: {first.message}{more}", details=details)
 
 
-_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
-_NAMED_FIELD = re.compile(r"(?:missing required field|contains unknown field) `(?P<name>[^`]+)`")
-
-
 def field_from_msgspec(error: msgspec.ValidationError) -> FieldError:
-    match = _AT.match(str(error))
-    message = match.group("message") if match else str(error)
-    path = (match.group("path") or "") if match else ""
-    path = path.lstrip(".")
-    named = _NAMED_FIELD.search(message)
-    if named:
-        path = f"{path}.{named.group('name')}" if path else named.group("name")
-    return FieldError(field=path or "body", message=message)
+    field, message = convert_problem("", error)
+    return FieldError(field=field or "body", message=message)
 
 
 def decode_json_body(raw: bytes, model: type[Any]) -> Any:

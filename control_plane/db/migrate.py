@@ -28,15 +28,6 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(_config()).get_current_head()
 
 
-def current_revision(database_url: str) -> str | None:
-    engine = make_sync_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
-    finally:
-        engine.dispose()
-
-
 def upgrade(database_url: str, revision: str = "head") -> tuple[str | None, str | None]:
     """Migrate to ``revision``; returns (revision before, revision after)."""
     engine = make_sync_engine(database_url)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import msgspec
 from sqlalchemy import select
@@ -137,7 +136,3 @@ async def compile_environment(
         generated_at=now_ms if now_ms is not None else time.time_ns() // 1_000_000,
         experiments={row.key: experiment_snapshot(row) for row in running},
     )
-
-
-def snapshot_json(snapshot: w.Snapshot) -> dict[str, Any]:
-    return msgspec.to_builtins(snapshot)  # type: ignore[no-any-return]

@@ -138,7 +138,3 @@ def decode_batch(body: bytes, now_ms: int) -> tuple[list[EventIn], list[Problem]
         if found:
             problems.extend(found)
     return items, problems
-
-
-def integral(value: int | float | None) -> int | None:
-    return None if value is None else int(value)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import func, select
 
@@ -35,13 +34,6 @@ def now_ms() -> int:
 def _refuse(problems: list[events.Problem]) -> None:
     if problems:
         raise invalid_many([FieldError(field, message) for field, message in problems])
-
-
-def parse_batch(raw_items: Sequence[Any], now: int) -> list[s.EventIn]:
-    """Every item checked; if any is bad the whole batch is refused, naming each bad field."""
-    items, problems = events.parse_batch(raw_items, now)
-    _refuse(problems)
-    return items
 
 
 def parse_one(item: s.EventIn, now: int) -> s.EventIn:
