@@ -267,6 +267,17 @@ class ExposureReporter(Protocol):
     ) -> None: ...
 
 
+def unknown_key(
+    store: Store, error_body: ErrorBody, headers: list[tuple[bytes, bytes]]
+) -> Response:
+    """401 for a key the snapshots do not list; 503 while the relay has no snapshot at all (it
+    cannot know any key yet: a first start before the control plane answered)."""
+    if not store.states:
+        message = "the relay has not yet received its flags and keys from the control plane"
+        return Response(503, error_body(503, message), [*headers, (b"retry-after", b"1")])
+    return Response(401, error_body(401, "unknown or revoked key"), headers)
+
+
 class Browser:
     """The gate and shared services of the ``pk_`` endpoints."""
 
@@ -302,7 +313,7 @@ class Browser:
             return Response(401, error_body(401, message), cors_headers(origin))
         caller = self.store.caller(token)
         if caller is None:
-            return Response(401, error_body(401, "unknown or revoked key"), cors_headers(origin))
+            return unknown_key(self.store, error_body, cors_headers(origin))
         refused = self.check_key(caller.key, origin, error_body)
         if refused is not None:
             return refused

@@ -15,19 +15,17 @@ upstream. A full spool answers 503 with ``Retry-After``.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import msgspec
 
 from relay.http import Request, Response, Router, vane_error, vane_error_body
-from relay.routes import Admission, Browser, bearer_token
+from relay.routes import Admission, Browser, bearer_token, unknown_key
 from relay.spool import Spool, SpoolFull
 from shared.wire import events
 
 RETRY_AFTER_S = b"5"
-_ids_prefix = os.urandom(6).hex()
 
 
 class _Batch(msgspec.Struct, forbid_unknown_fields=True):
@@ -39,20 +37,16 @@ class EventIntake:
         self.spool = spool
         self.browser = browser
         self.store = browser.store
-        self._counter = 0
+        self._ids = events.EventIds("rly")
 
     def register(self, router: Router) -> None:
         router.add("POST", "/api/v1/track", self.track)
         router.add("POST", "/api/v1/events", self.batch)
         router.add("POST", "/sdk/v1/events", self.browser_events, cors=True)
 
-    def _event_id(self) -> str:
-        self._counter += 1
-        return f"rly-{_ids_prefix}-{time.time_ns() // 1_000_000:x}-{self._counter:x}"
-
     def _record(self, item: events.EventIn, now: int, source: str) -> dict[str, Any]:
         record: dict[str, Any] = {"unit": item.unit, "event": item.event, "source": source}
-        record["eventId"] = item.event_id if item.event_id is not None else self._event_id()
+        record["eventId"] = item.event_id if item.event_id is not None else self._ids.next()
         record["ts"] = item.ts if item.ts is not None else now
         if item.value is not None:
             record["value"] = int(item.value)
@@ -89,7 +83,7 @@ class EventIntake:
             )
         caller = self.store.caller(token)
         if caller is None:
-            return Response(401, vane_error_body(401, "unknown or revoked key"), [])
+            return unknown_key(self.store, vane_error_body, [])
         if caller.key.kind != "server":
             return Response(
                 403, vane_error_body(403, "this endpoint needs a server key (ssk_)"), []

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import PostgresDatabases, unavailable
 from tests.e2e.test_relays import ControlPlane, eventually, start_control_plane, start_relay
+from tests.processes import wait_http_ok
 
 pytestmark = pytest.mark.e2e
 
@@ -33,6 +34,7 @@ def test_relay_intake_paths_land_in_the_one_store(tmp_path: Path) -> None:
     cp = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
     relay = start_relay(cp.url, cp.keys["relay"], tmp_path / "relay")
     try:
+        wait_http_ok(f"{relay.url}/readyz")  # it knows the keys once it has the snapshots
         server = {"Authorization": f"Bearer {cp.keys['server']}"}
         one = httpx.post(
             f"{relay.url}/api/v1/track", json={"unit": "u1", "event": "signup"}, headers=server

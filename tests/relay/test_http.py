@@ -592,6 +592,20 @@ async def test_healthz(relay: Relay) -> None:
     assert response.json() == {"status": "ok"}
 
 
+async def test_keys_before_the_first_snapshot_get_503_not_401() -> None:
+    relay = make_relay(loaded=False)
+    async with relay.client() as client:
+        flags = await client.post(SDK, json={"context": {"key": "u"}}, headers=auth())
+        bulk = await client.post(BULK, json={"context": {"targetingKey": "u"}}, headers=auth())
+        vane_error(flags, 503, "unavailable")
+        assert bulk.status_code == 503
+        for response in (flags, bulk):
+            assert response.headers["retry-after"] == "1"
+        relay.swap(build_snapshot(1))
+        unknown = await client.post(SDK, json={"context": {"key": "u"}}, headers=auth("pk_x"))
+        vane_error(unknown, 401, "unauthorized")
+
+
 async def test_readyz_before_and_after_a_snapshot() -> None:
     relay = make_relay(loaded=False)
     async with relay.client() as client:
