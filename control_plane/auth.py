@@ -2,6 +2,7 @@
 
 Secrets carry 238 bits of entropy, so a plain SHA-256 (no salt, no stretching) is enough and keeps
 the lookup a single indexed query. Revocation takes effect on the next request: nothing is cached.
+The lookup runs in the request's own session and transaction (see the middleware).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from litestar.enums import ScopeType
 from litestar.exceptions import WebSocketException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.types import Receive, Scope, Send
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -119,8 +121,32 @@ def refuse(connection: ASGIConnection[Any, Any, Any, Any], status: int, message:
     return ApiError(status, message, headers=headers)
 
 
+REQUEST_SESSION = "vane.request_session"
+"""Key of the HTTP request's session in the ASGI scope's ``state``."""
+
+
+def request_session(scope: Scope) -> AsyncSession | None:
+    session: AsyncSession | None = scope.get("state", {}).get(REQUEST_SESSION)
+    return session
+
+
 class KeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
-    """Resolves ``Authorization: Bearer <key>`` to a ``Principal`` (401 when missing or unknown)."""
+    """Resolves ``Authorization: Bearer <key>`` to a ``Principal`` (401 when missing or unknown).
+
+    An HTTP request gets one session for its whole life, opened here: the key lookup is its first
+    query and the handler's work (``deps.provide_scope``) continues in the same transaction, so a
+    request checks out one connection, not two. A websocket's lookup uses a short session of its
+    own, as the connection lives on.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            await super().__call__(scope, receive, send)
+            return
+        sessionmaker: async_sessionmaker[AsyncSession] = scope["litestar_app"].state.sessionmaker
+        async with sessionmaker() as session:  # connects only when first used
+            scope.setdefault("state", {})[REQUEST_SESSION] = session
+            await super().__call__(scope, receive, send)
 
     async def authenticate_request(
         self, connection: ASGIConnection[Any, Any, Any, Any]
@@ -130,9 +156,13 @@ class KeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
             raise refuse(
                 connection, 401, "missing API key: send the header 'Authorization: Bearer <key>'"
             )
-        sessionmaker: async_sessionmaker[AsyncSession] = connection.app.state.sessionmaker
-        async with sessionmaker() as session:
-            principal = await find_principal(session, token)
+        shared = request_session(connection.scope)
+        if shared is not None:
+            principal = await find_principal(shared, token)
+        else:
+            sessionmaker: async_sessionmaker[AsyncSession] = connection.app.state.sessionmaker
+            async with sessionmaker() as session:
+                principal = await find_principal(session, token)
         if principal is None:
             raise refuse(connection, 401, "unknown or revoked API key")
         return AuthenticationResult(user=principal, auth=token)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from typing import Any
 
 from litestar import Request
@@ -10,7 +11,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from control_plane.auth import Principal
+from control_plane.auth import Principal, request_session
 from control_plane.domain.common import CHANGED_ENVIRONMENTS, Actor, Scope
 
 
@@ -22,9 +23,14 @@ async def provide_scope(
     Nothing is half-written: a handler that fails after some writes leaves the database as it was.
     After the commit, environments whose snapshots changed are announced to the publisher.
     """
-    sessionmaker: async_sessionmaker[AsyncSession] = state.sessionmaker
     principal = request.user
-    async with sessionmaker() as session:
+    async with AsyncExitStack() as stack:
+        # the session the key was looked up in (auth.KeyAuthenticationMiddleware), which also
+        # closes it; a fresh one only where there is none
+        session = request_session(request.scope)
+        if session is None:
+            sessionmaker: async_sessionmaker[AsyncSession] = state.sessionmaker
+            session = await stack.enter_async_context(sessionmaker())
         scope = Scope(
             session=session,
             project_id=principal.project_id,
