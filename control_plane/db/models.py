@@ -13,13 +13,14 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from control_plane.db.types import Json, UTCDateTime, utcnow
+from control_plane.db.types import Json, Key, UTCDateTime, utcnow
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -177,23 +178,27 @@ class AuditEntry(Base):
 class Event(Base):
     """The one event store: every path (server, management, relay, browser) lands here.
 
-    ``event_id`` is unique per project forever (NULLs excepted): the database, not a
-    check-then-insert, decides what is a duplicate.
+    Keyed by ``(project_id, event_id)``, unique per project forever: the database, not a
+    check-then-insert, decides what is a duplicate. An event sent without an ``eventId`` is given
+    one where it is first stored (relay spool or control plane). Three indexes only, as each costs
+    every ingested event: the key, newest first, and analysis (which also serves ``unit`` lookups).
     """
 
     __tablename__ = "events"
     __table_args__ = (
-        UniqueConstraint("project_id", "event_id"),
-        Index("ix_events_unit_ts", "project_id", "unit", "ts"),
-        Index("ix_events_ts", "project_id", "ts", "id"),
-        Index("ix_events_analysis", "project_id", "event", "unit", "ts"),
+        Index("ix_events_ts", "project_id", "ts"),
+        # per metric: one event name's rows in unit order, value included (index-only scans)
+        Index(
+            "ix_events_analysis", "project_id", "event", "unit", "ts", postgresql_include=["value"]
+        ),
     )
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
-    event_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    unit: Mapped[str] = mapped_column(String(200))
-    event: Mapped[str] = mapped_column(String(200))
+    # No foreign key to projects: a per-row check on every ingested event buys nothing, as
+    # projects are never deleted through the API.
+    project_id: Mapped[str] = mapped_column(Key(40), primary_key=True)
+    event_id: Mapped[str] = mapped_column(Key(200), primary_key=True)
+    unit: Mapped[str] = mapped_column(Key(200))
+    event: Mapped[str] = mapped_column(Key(200))
     value: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # minor units
     currency: Mapped[str | None] = mapped_column(String(3), nullable=True)
     props: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
@@ -254,15 +259,18 @@ class Exposure(Base):
     flag (``kind`` flag, ``subject`` the flag key, ``arm`` the variation index). First one wins."""
 
     __tablename__ = "exposures"
-    __table_args__ = (Index("ix_exposures_arm", "project_id", "kind", "subject", "arm"),)
-
-    project_id: Mapped[str] = mapped_column(
-        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        # the key in unit order carries the arm and time: analysis reads only this index
+        PrimaryKeyConstraint(
+            "project_id", "kind", "subject", "unit", postgresql_include=["arm", "exposed_at"]
+        ),
     )
-    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
-    subject: Mapped[str] = mapped_column(String(128), primary_key=True)
-    unit: Mapped[str] = mapped_column(String(200), primary_key=True)
-    arm: Mapped[str] = mapped_column(String(128))
+
+    project_id: Mapped[str] = mapped_column(Key(40))  # no foreign key, as for events
+    kind: Mapped[str] = mapped_column(Key(16))
+    subject: Mapped[str] = mapped_column(Key(128))
+    unit: Mapped[str] = mapped_column(Key(200))
+    arm: Mapped[str] = mapped_column(Key(128))  # min(arm) per unit in analysis: byte order
     exposed_at: Mapped[int] = mapped_column(BigInteger)  # epoch milliseconds
 
 

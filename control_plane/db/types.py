@@ -5,12 +5,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime
+from sqlalchemy import JSON, DateTime, String
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+def Key(length: int) -> String:
+    """A string compared byte-wise on PostgreSQL (``COLLATE "C"``): the columns analysis joins,
+    sorts and ranges on. Byte order is what merge joins and ``unit`` ranges need, and it skips the
+    locale's ``strcoll`` on every comparison."""
+    return String(length).with_variant(String(length, collation="C"), "postgresql")
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -6,7 +6,11 @@ delivery idempotent. Checks return ``(field, message)`` pairs so each side rende
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
+import re
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -21,11 +25,15 @@ MAX_URL = 2048
 EARLIEST_TS = 946_684_800_000  # 2000-01-01: anything earlier is almost surely seconds, not ms
 FUTURE_SLACK_MS = 24 * 3600 * 1000
 
+_NUL = "must not contain NUL (\\u0000) characters"  # no database stores them in text
+_ENCODED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL, not an escaped backslash
 Source = Literal["server", "management", "relay", "browser"]
 Problem = tuple[str, str]
 
 
-class EventIn(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+class EventIn(
+    msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True, omit_defaults=True
+):
     unit: str
     event: str
     value: int | float | None = None  # a fractional value is refused with a message about cents
@@ -37,11 +45,26 @@ class EventIn(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_onl
     source: Source | None = None  # relays say where a forwarded event came from
 
 
+class EventIds:
+    """``eventId``s for events that arrive without one, assigned where they are first stored
+    (relay spool, control plane), so that a retried delivery is recognised. Unique without
+    coordination: a random prefix per process, the time, a counter."""
+
+    def __init__(self, tag: str) -> None:
+        self._prefix = f"{tag}-{os.urandom(6).hex()}-"
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self._prefix}{time.time_ns() // 1_000_000:x}-{next(self._counter):x}"
+
+
 def _text(problems: list[Problem], field: str, value: str, limit: int = MAX_TEXT) -> None:
     if not value.strip():
         problems.append((field, "must not be blank"))
     elif len(value) > limit:
         problems.append((field, f"at most {limit} characters"))
+    elif "\x00" in value:
+        problems.append((field, _NUL))
 
 
 def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
@@ -61,10 +84,17 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
         problems.append((f"{prefix}value", "out of range"))
     if item.currency is not None and item.currency not in ISO_4217:
         problems.append((f"{prefix}currency", "an ISO 4217 code in capitals, e.g. EUR or USD"))
-    if item.props is not None and len(msgspec.json.encode(item.props)) > MAX_PROPS_BYTES:
-        problems.append((f"{prefix}props", "at most 16 KiB of JSON"))
-    if item.url is not None and len(item.url) > MAX_URL:
-        problems.append((f"{prefix}url", f"at most {MAX_URL} characters"))
+    if item.props is not None:
+        encoded = msgspec.json.encode(item.props)
+        if len(encoded) > MAX_PROPS_BYTES:
+            problems.append((f"{prefix}props", "at most 16 KiB of JSON"))
+        elif _ENCODED_NUL.search(encoded):
+            problems.append((f"{prefix}props", _NUL))
+    if item.url is not None:
+        if len(item.url) > MAX_URL:
+            problems.append((f"{prefix}url", f"at most {MAX_URL} characters"))
+        elif "\x00" in item.url:
+            problems.append((f"{prefix}url", _NUL))
     if item.ts is not None and not EARLIEST_TS <= item.ts <= now_ms + FUTURE_SLACK_MS:
         problems.append(
             (f"{prefix}ts", "epoch milliseconds, not in the future (seconds? multiply by 1000)")

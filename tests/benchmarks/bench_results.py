@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from control_plane.db.engine import make_async_engine
 from control_plane.db.migrate import upgrade
@@ -56,8 +56,8 @@ def generate_sql(dialect: str) -> list[str]:
             SELECT 'prj_bench', 'experiment', 'exp_bench', {concat},
                    CASE WHEN g % 2 = 0 THEN 'control' ELSE 'treatment' END, {BASE} + g
             FROM {series.format(n=UNITS)}""",
-        f"""INSERT INTO events (project_id, unit, event, value, ts, received_at, source)
-            SELECT 'prj_bench', 'u' || (g % {UNITS} + 1),
+        f"""INSERT INTO events (project_id, event_id, unit, event, value, ts, received_at, source)
+            SELECT 'prj_bench', 'e' || g, 'u' || (g % {UNITS} + 1),
                    CASE g % 10 WHEN 0 THEN 'purchase' WHEN 1 THEN 'signup' ELSE 'page_view' END,
                    CASE WHEN g % 10 = 0 THEN 1000 + (g % 7919) + (g % 2) * 150 ELSE NULL END,
                    {BASE} + {UNITS} + (g % 86400000), {BASE} + {UNITS} + (g % 86400000), 'server'
@@ -84,30 +84,36 @@ async def load(url: str) -> float:
     return time.perf_counter() - start
 
 
-async def results_once(url: str) -> tuple[float, int, dict[str, Any]]:
+async def results_once(engine: AsyncEngine) -> tuple[float, int, dict[str, Any]]:
+    async with async_sessionmaker(engine)() as session:
+        tracemalloc.start()
+        start = time.perf_counter()
+        result = await analyse_subject(
+            session,
+            "prj_bench",
+            kind="experiment",
+            subject="exp_bench",
+            arms=["control", "treatment"],
+            control="control",
+            weights=None,
+            primary=PRIMARY,
+            guardrails=GUARDRAILS,
+            engine="frequentist",
+            cuped=False,
+        )
+        elapsed = time.perf_counter() - start
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        await session.rollback()
+        return elapsed, peak, result
+
+
+async def results_runs(url: str, runs: int) -> list[tuple[float, int, dict[str, Any]]]:
+    """``runs`` results in a row on one engine, as a running control plane computes them (its
+    connection pool warm); the first run also pays for connecting."""
     engine = make_async_engine(url)
     try:
-        async with async_sessionmaker(engine)() as session:
-            tracemalloc.start()
-            start = time.perf_counter()
-            result = await analyse_subject(
-                session,
-                "prj_bench",
-                kind="experiment",
-                subject="exp_bench",
-                arms=["control", "treatment"],
-                control="control",
-                weights=None,
-                primary=PRIMARY,
-                guardrails=GUARDRAILS,
-                engine="frequentist",
-                cuped=False,
-            )
-            elapsed = time.perf_counter() - start
-            _, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            await session.rollback()
-            return elapsed, peak, result
+        return [await results_once(engine) for _ in range(runs)]
     finally:
         await engine.dispose()
 
@@ -115,7 +121,7 @@ async def results_once(url: str) -> tuple[float, int, dict[str, Any]]:
 def measure(name: str, url: str, rows: list[Row], target: str) -> None:
     upgrade(url)
     loaded = asyncio.run(load(url))
-    runs = [asyncio.run(results_once(url)) for _ in range(3)]
+    runs = asyncio.run(results_runs(url, 3))
     times = [r[0] for r in runs]
     peak = max(r[1] for r in runs)
     result = runs[-1][2]

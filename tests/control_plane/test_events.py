@@ -35,6 +35,32 @@ def test_track_one_event_with_defaults(api: Api) -> None:
     assert (event["unit"], event["event"], event["source"]) == ("visitor-1", "signup", "server")
     assert before <= event["ts"] <= int(time.time() * 1000)
     assert "value" not in event or event["value"] is None
+    assert event["eventId"].startswith("cp-")  # given one on arrival
+
+
+def test_events_without_event_id_are_each_stored(api: Api) -> None:
+    same = {"unit": "u", "event": "view", "ts": 1_750_000_000_000}
+    response = api.post("/events", {"events": [same, same]}, key=api.keys["server"])
+    assert response.json() == {"accepted": 2, "duplicates": 0}
+    assert api.post("/track", same, key=api.keys["server"]).json() == {
+        "accepted": 1,
+        "duplicates": 0,
+    }
+    assert len({e["eventId"] for e in stored(api)}) == 3
+
+
+def test_whole_float_values_are_stored_as_integers_and_backslashes_are_not_nul(api: Api) -> None:
+    props = {"path": "C:\\u0000dir"}  # a backslash, then the letters u0000
+    response = api.post(
+        "/events",
+        {"events": [{"unit": "u", "event": "purchase", "value": 4999.0, "props": props}]},
+        key=api.keys["server"],
+    )
+    assert response.status_code == 200, response.text
+    [event] = stored(api)
+    assert event["value"] == 4999
+    assert type(event["value"]) is int
+    assert event["props"] == props
 
 
 def test_batch_duplicates_within_across_and_between_paths(api: Api) -> None:
@@ -75,6 +101,14 @@ def test_sources_follow_the_key_and_relays_may_say_browser(api: Api) -> None:
     )
     assert refused.status_code == 422
     assert refused.json()["error"]["details"][0]["field"] == "source"
+    refused = api.post(
+        "/events",
+        {"events": [{"unit": "a", "event": "e"}, {"unit": "a", "event": "e", "source": "relay"}]},
+        key=api.keys["server"],
+    )
+    assert refused.status_code == 422
+    assert refused.json()["error"]["details"][0]["field"] == "events[1].source"
+    assert {e["eventId"] for e in stored(api)} == {"1", "2", "3", "4"}
 
 
 @pytest.mark.parametrize(
@@ -92,6 +126,9 @@ def test_sources_follow_the_key_and_relays_may_say_browser(api: Api) -> None:
         ({"unit": "u", "event": "e", "ts": 1_700_000_000}, "ts", "milliseconds"),
         ({"unit": "u", "event": "e", "ts": 1.5}, "ts", "Expected"),
         ({"unit": "u", "event": "e", "eventId": ""}, "eventId", "blank"),
+        ({"unit": "u\u0000", "event": "e"}, "unit", "NUL"),
+        ({"unit": "u", "event": "e", "props": {"k": "a\u0000"}}, "props", "NUL"),
+        ({"unit": "u", "event": "e", "url": "https://x/\u0000"}, "url", "NUL"),
         ({"unit": "u", "event": "e", "colour": "red"}, "colour", "unknown field"),
     ],
 )
@@ -145,7 +182,7 @@ def test_listing_filters_and_pages(api: Api) -> None:
         {
             "unit": f"u{i % 3}",
             "event": "view" if i % 2 else "click",
-            "ts": base + i,
+            "ts": base + i // 2,  # pairs share a timestamp: pages break ties by eventId
             "eventId": f"e{i}",
         }
         for i in range(25)
@@ -156,7 +193,13 @@ def test_listing_filters_and_pages(api: Api) -> None:
     assert {e["event"] for e in stored(api, event="view")} == {"view"}
     assert {e["unit"] for e in stored(api, unit="u1")} == {"u1"}
     window = stored(api, since=base + 10, until=base + 15)
-    assert [e["ts"] for e in window] == [base + 14, base + 13, base + 12, base + 11, base + 10]
+    assert [e["ts"] for e in window] == sorted(
+        (e["ts"] for e in events if base + 10 <= e["ts"] < base + 15), reverse=True
+    )
+    assert stored(api, unit="nobody") == []
+    assert {e["eventId"] for e in stored(api, unit="u2", event="view")} == {
+        f"e{i}" for i in range(25) if i % 3 == 2 and i % 2
+    }
     page = api.get("/events?limit=10").json()
     seen = [e["eventId"] for e in page["events"]]
     while page["nextCursor"]:

@@ -15,6 +15,7 @@ from control_plane.analysis.moments import Moments
 from control_plane.db.engine import make_async_engine
 from control_plane.db.migrate import upgrade
 from control_plane.db.models import Event, Exposure, Project
+from control_plane.domain.experiments import aggregates
 from control_plane.domain.experiments.aggregates import (
     CUPED_WINDOW_MS,
     ArmAggregate,
@@ -62,8 +63,14 @@ def expected(
     return out
 
 
+@pytest.mark.parametrize("ranges", [1, 3])
 @pytest.mark.parametrize("cuped", [False, True])
-def test_arm_moments_match_raw_computation(database_url: str, cuped: bool) -> None:
+def test_arm_moments_match_raw_computation(
+    database_url: str, cuped: bool, ranges: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL, ``ranges`` 3 cuts the 300 units into three ranges queried at once."""
+    monkeypatch.setattr(aggregates, "_MIN_UNITS_PER_RANGE", 1)
+    monkeypatch.setenv("VANE_ANALYSIS_PARTITIONS", str(ranges))
     upgrade(database_url)
     rng = random.Random(7)
     base = 1_760_000_000_000
@@ -73,6 +80,7 @@ def test_arm_moments_match_raw_computation(database_url: str, cuped: bool) -> No
     }
     events: list[tuple[str, str, int | None, int]] = []
     for unit, (_, at) in exposures.items():
+        events.append((unit, "view", None, at + rng.randrange(DAY)))  # no unit may go missing
         for _ in range(rng.randrange(0, 6)):
             name = rng.choice(["purchase", "view", "other"])
             value = rng.choice([None, rng.randrange(100, 100_000)])
@@ -108,6 +116,7 @@ def test_arm_moments_match_raw_computation(database_url: str, cuped: bool) -> No
                 session.add_all(
                     Event(
                         project_id=project,
+                        event_id=f"e{i}",
                         unit=u,
                         event=n,
                         value=v,
@@ -115,7 +124,7 @@ def test_arm_moments_match_raw_computation(database_url: str, cuped: bool) -> No
                         received_at=ts,
                         source="server",
                     )
-                    for u, n, v, ts in events
+                    for i, (u, n, v, ts) in enumerate(events)
                 )
                 await session.commit()  # analysis reads committed data
                 return await arm_moments(

@@ -20,13 +20,12 @@ class Ack(ApiOut):
 
 
 class EventOut(ApiOut):
-    id: int
+    event_id: str  # the sender's, or the one given where the event was first stored
     unit: str
     event: str
     ts: int
     received_at: int
     source: str
-    event_id: str | None = None
     value: int | None = None
     currency: str | None = None
     props: dict[str, Any] | None = None

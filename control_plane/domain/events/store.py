@@ -1,23 +1,26 @@
 """Writing event batches fast, with the database deciding what is a duplicate.
 
-PostgreSQL: one ``INSERT INTO events … SELECT * FROM unnest(<one array per column>)
-ON CONFLICT (project_id, event_id) DO NOTHING``; SQLite: one ``executemany`` of
-``INSERT … ON CONFLICT DO NOTHING``. Both run on the request's own connection, inside its
-transaction, and report how many rows were new. (Building a 500-row ``VALUES`` statement through
-SQLAlchemy's compiler instead costs ~160 ms per batch.) The batch is kept column by column, the
-shape the PostgreSQL statement takes.
+An event that came without an ``eventId`` is given one here (as relays do at spool time), so
+every stored event has one and ``(project_id, event_id)`` is the table's key.
+
+PostgreSQL: the batch travels as one JSON document, re-encoded by msgspec from the checked
+events, and PostgreSQL unpacks it: ``INSERT INTO events … SELECT … FROM json_to_recordset(…)
+ON CONFLICT (project_id, event_id) DO NOTHING``. One parameter instead of an array per column
+keeps the control plane's share small (psycopg adapting eleven 500-element arrays cost ~10 µs per
+event; encoding the JSON ~1 µs). SQLite: one ``executemany`` of ``INSERT … ON CONFLICT DO
+NOTHING``. Both run on the request's own connection, inside its transaction, and report how many
+rows were new.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from shared.wire.events import EventIn
+from shared.wire.events import EventIds, EventIn
 
 COLUMNS = (
     "project_id",
@@ -33,11 +36,15 @@ COLUMNS = (
     "source",
 )
 _COLUMN_LIST = ", ".join(COLUMNS)
-_PG_UNNEST = (
+# Field names are EventIn's wire names; a missing ``ts`` is the time of receipt, a missing
+# ``source`` the one the key implies.
+_PG_INSERT = (
     f"INSERT INTO events ({_COLUMN_LIST}) "
-    "SELECT * FROM unnest(%s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], "
-    "%s::bigint[], %s::varchar[], %s::jsonb[], %s::text[], %s::bigint[], %s::bigint[], "
-    "%s::varchar[]) ON CONFLICT (project_id, event_id) DO NOTHING"
+    'SELECT %(project)s, x."eventId", x.unit, x.event, x.value, x.currency, x.props, x.url, '
+    "coalesce(x.ts, %(now)s), %(now)s, coalesce(x.source, %(source)s) "
+    'FROM json_to_recordset(%(batch)s::json) AS x("eventId" text, unit text, event text, '
+    "value bigint, currency text, props jsonb, url text, ts bigint, source text) "
+    "ON CONFLICT (project_id, event_id) DO NOTHING"
 )
 _SQLITE_INSERT = (
     f"INSERT INTO events ({_COLUMN_LIST}) VALUES ({', '.join('?' for _ in COLUMNS)}) "
@@ -46,75 +53,68 @@ _SQLITE_INSERT = (
 _json = msgspec.json.Encoder()
 
 
-@dataclass(slots=True)
-class EventColumns:
-    """A batch of events as one list per column of ``events``."""
+_ids = EventIds("cp")
 
-    project_id: list[str]
-    event_id: list[str | None]
-    unit: list[str]
-    event: list[str]
-    value: list[int | None]
-    currency: list[str | None]
-    props: list[str | None]  # JSON text
-    url: list[str | None]
-    ts: list[int]
-    received_at: list[int]
-    source: list[str]
 
-    @classmethod
-    def of(
-        cls, items: Sequence[EventIn], *, project_id: str, received_at: int, sources: Sequence[str]
-    ) -> EventColumns:
-        encode = _json.encode
-        return cls(
-            project_id=[project_id] * len(items),
-            event_id=[i.event_id for i in items],
-            unit=[i.unit for i in items],
-            event=[i.event for i in items],
-            value=[None if i.value is None else int(i.value) for i in items],
-            currency=[i.currency for i in items],
-            props=[None if i.props is None else encode(i.props).decode() for i in items],
-            url=[i.url for i in items],
-            ts=[received_at if i.ts is None else i.ts for i in items],
-            received_at=[received_at] * len(items),
-            source=list(sources),
+def _complete(items: Sequence[EventIn]) -> Sequence[EventIn]:
+    """Every item with an ``eventId`` (a new one where it came without), and a ``value`` sent
+    as a whole float (``4999.0``, accepted) as an int. Untouched items are not copied."""
+    if all(item.event_id is not None and type(item.value) is not float for item in items):
+        return items
+    return [
+        item
+        if item.event_id is not None and type(item.value) is not float
+        else msgspec.structs.replace(
+            item,
+            event_id=item.event_id if item.event_id is not None else _ids.next(),
+            value=int(item.value) if type(item.value) is float else item.value,
         )
-
-    def arrays(self) -> list[list[Any]]:
-        return [getattr(self, name) for name in COLUMNS]
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        return list(zip(*self.arrays(), strict=True))
-
-    def rows_named(self, names: Collection[str]) -> list[dict[str, Any]]:
-        """The events whose name is in ``names``, as dicts (``props`` decoded)."""
-        return [
-            {
-                "event": self.event[i],
-                "unit": self.unit[i],
-                "ts": self.ts[i],
-                "props": _props(self.props[i]),
-            }
-            for i, name in enumerate(self.event)
-            if name in names
-        ]
+        for item in items
+    ]
 
 
-def _props(text: str | None) -> Any:
-    return None if text is None else msgspec.json.decode(text)
-
-
-async def insert_events(session: AsyncSession, batch: EventColumns) -> int:
-    """Insert ``batch``; returns how many events were not duplicates."""
+async def insert_events(
+    session: AsyncSession,
+    items: Sequence[EventIn],
+    *,
+    project_id: str,
+    received_at: int,
+    source: str,
+) -> int:
+    """Insert checked ``items``; returns how many were not duplicates. ``source`` is used for
+    items that do not name their own (only relays' do)."""
+    items = _complete(items)
     connection = await session.connection()
     raw = await connection.get_raw_connection()
     driver: Any = raw.driver_connection
     if connection.dialect.name == "postgresql":
+        parameters = {
+            "project": project_id,
+            "now": received_at,
+            "source": source,
+            "batch": _json.encode(items).decode(),
+        }
         async with driver.cursor() as cursor:
-            await cursor.execute(_PG_UNNEST, batch.arrays())
+            await cursor.execute(_PG_INSERT, parameters)
             return int(cursor.rowcount)
-    cursor = await driver.executemany(_SQLITE_INSERT, batch.rows())
+    encode = _json.encode
+    rows = [
+        (
+            project_id,
+            i.event_id,
+            i.unit,
+            i.event,
+            i.value,
+            i.currency,
+            None if i.props is None else encode(i.props).decode(),
+            i.url,
+            received_at if i.ts is None else i.ts,
+            received_at,
+            i.source or source,
+        )
+        for i in items
+    ]
+    cursor = await driver.executemany(_SQLITE_INSERT, rows)
     try:
         return int(cursor.rowcount)
     finally:
