@@ -197,7 +197,8 @@ async def _unit_ranges(
     """Half-open unit ranges holding about equal numbers of the subject's exposed units.
 
     The cuts are quantiles of a page sample of ``exposures`` (``TABLESAMPLE SYSTEM``, ~20k rows
-    read whatever the table's size), which also estimates how many units there are: a subject
+    read whatever the table's size, never more than 80k kept), which also estimates how many
+    units there are: a subject
     too small to be worth splitting gets one range. The cuts only balance the work; any cuts give
     the same sums.
     """
@@ -211,11 +212,13 @@ async def _unit_ranges(
     sampled = aliased(Exposure, tablesample(Exposure.__table__, func.system(percent)))
     sample = sorted(
         await session.scalars(
-            select(sampled.unit).where(
+            select(sampled.unit)
+            .where(
                 sampled.project_id == project_id,
                 sampled.kind == kind,
                 sampled.subject == subject,
             )
+            .limit(4 * _SAMPLE_ROWS)  # bounded even when the table's row estimate is stale
         )
     )
     estimated = len(sample) * 100.0 / percent
