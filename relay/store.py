@@ -33,13 +33,21 @@ class EnvironmentState:
 
     @classmethod
     def build(
-        cls, snapshot: Snapshot, access: Access, *, received_at: float | None = None
+        cls,
+        snapshot: Snapshot,
+        access: Access,
+        *,
+        received_at: float | None = None,
+        previous: EnvironmentState | None = None,
     ) -> EnvironmentState:
+        """``previous``: the state this one replaces, whose unchanged flags need no compiling."""
         return cls(
             environment=snapshot.environment,
             version=snapshot.version,
             snapshot=snapshot,
-            compiled=compile_snapshot(snapshot),
+            compiled=compile_snapshot(
+                snapshot, previous=previous.compiled if previous is not None else None
+            ),
             access=access,
             received_at=time.time() if received_at is None else received_at,
             etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',

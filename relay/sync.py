@@ -106,7 +106,9 @@ class SyncClient:
 
     def _accept(self, snapshot: Snapshot, access: p.Access) -> None:
         try:
-            state = EnvironmentState.build(snapshot, access)
+            state = EnvironmentState.build(
+                snapshot, access, previous=self.store.get(snapshot.environment)
+            )
         except CompileError as exc:  # never expected: the control plane validates on write
             logger.error(
                 "refusing version %s of %s: %s", snapshot.version, snapshot.environment, exc

@@ -84,6 +84,16 @@ class CompiledFlag:
     error: CompileError | None = None  # set when compiled with strict=False and malformed
 
 
+@dataclass(frozen=True, slots=True)
+class _Reusable:
+    """What compiling the next version of the same environment may take over unchanged."""
+
+    strict: bool
+    flags: Mapping[str, Any]  # the flag data compiled, by key
+    segments: Mapping[str, Any]  # the segment data compiled, by key
+    built: Mapping[str, Any]  # flag key -> its compiled ``_Prereq`` or ``CompileError``
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class CompiledEnvironment:
     """An environment's flags and segments, ready to evaluate. Never mutated: swap it whole."""
@@ -98,6 +108,7 @@ class CompiledEnvironment:
     runs: Mapping[str, FlagFn]
     all_runs: tuple[tuple[str, FlagFn], ...]
     client_runs: tuple[tuple[str, FlagFn], ...]
+    reusable: _Reusable | None = None
 
 
 # ------------------------------------------------------------------------------------ flags
@@ -464,16 +475,22 @@ def _check_map(items: Any, name: str, kind: type) -> Mapping[str, Any]:
     return items
 
 
+Reuse = Callable[[str, Any, set[str]], Any]
+"""``(key, data, keys reused so far)`` -> an earlier compiled item to take over, or None."""
+
+
 def _compile_all(
     data: Mapping[str, Any],
     prefix: str,
     what: str,
     edges: Edges,
     build: Callable[[Any, Callable[[str, str], Any]], Any],
+    reuse: Reuse | None = None,
 ) -> dict[str, Any]:
     """Compile every item of ``data`` after what it references; failures become errors."""
     order, failed = _order(list(data), edges, prefix, what)
     built: dict[str, Any] = {}
+    reused: set[str] = set()
 
     def resolve(key: str, path: str) -> Any:
         found = built.get(key)
@@ -487,6 +504,12 @@ def _compile_all(
         if key in failed:
             built[key] = failed[key]
             continue
+        if reuse is not None:
+            earlier = reuse(key, data[key], reused)
+            if earlier is not None:
+                built[key] = earlier
+                reused.add(key)
+                continue
         try:
             built[key] = build(data[key], resolve)
         except InvalidAt as exc:
@@ -496,12 +519,19 @@ def _compile_all(
     return built
 
 
-def compile_snapshot(snapshot: Snapshot, *, strict: bool = True) -> CompiledEnvironment:
+def compile_snapshot(
+    snapshot: Snapshot, *, strict: bool = True, previous: CompiledEnvironment | None = None
+) -> CompiledEnvironment:
     """Compile a snapshot, or raise ``CompileError`` naming a problem.
 
     With ``strict=False`` a flag that does not compile (or whose prerequisites or segments do
     not) is kept and evaluates to ``ERROR``/``MALFORMED_FLAG``; ``errors`` lists the problems.
     That suits a relay, which should keep serving the healthy flags of a bad snapshot.
+
+    ``previous``, the compiled earlier version of the same environment, lets an unchanged flag
+    keep its compiled form: one whose data is equal, whose prerequisites are the same keys and
+    were all kept themselves, while no segment changed. So a one-flag change to a 10,000-flag
+    environment compiles one flag, not 10,000; the result evaluates exactly as a full compile.
     """
     # Compiling allocates about a hundred objects per flag, all kept: cyclic collections
     # triggered on the way would rescan the growing heap again and again (about 40 % of the
@@ -509,17 +539,52 @@ def compile_snapshot(snapshot: Snapshot, *, strict: bool = True) -> CompiledEnvi
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _compile_snapshot(snapshot, strict)
+        return _compile_snapshot(snapshot, strict, previous)
     finally:
         if paused:
             gc.enable()
 
 
-def _compile_snapshot(snapshot: Snapshot, strict: bool) -> CompiledEnvironment:
+def _same(before: Any, after: Any) -> bool:
+    return before is after or before == after
+
+
+def _flag_reuse(
+    earlier: _Reusable | None, strict: bool, flags: Mapping[str, Any], segments: Mapping[str, Any]
+) -> Reuse | None:
+    """How ``_compile_all`` may take over flags compiled for ``earlier`` (None: compile all)."""
+    if earlier is None or earlier.strict != strict:
+        return None
+    if earlier.segments.keys() != segments.keys() or not all(
+        _same(earlier.segments[key], value) for key, value in segments.items()
+    ):
+        return None  # segments are compiled into the flags that use them: start afresh
+    old_edges, new_edges = _flag_edges(earlier.flags), _flag_edges(flags)
+
+    def reuse(key: str, data: Any, reused: set[str]) -> Any:
+        before = earlier.flags.get(key)
+        if before is None or not _same(before, data):
+            return None
+        targets = [other for _, other in new_edges(key)]
+        if targets != [other for _, other in old_edges(key)]:
+            return None  # a prerequisite appeared or went away
+        if not all(other in reused for other in targets):
+            return None  # a prerequisite was compiled afresh: this flag holds its old form
+        return earlier.built.get(key)
+
+    return reuse
+
+
+def _compile_snapshot(
+    snapshot: Snapshot, strict: bool, previous: CompiledEnvironment | None
+) -> CompiledEnvironment:
     if not isinstance(snapshot, Snapshot):
         raise CompileError("", "expected a snapshot")
     flag_data = _check_map(snapshot.flags, "flags", FlagSnapshot)
     segment_data = _check_map(snapshot.segments, "segments", SegmentSnapshot)
+    reuse = _flag_reuse(
+        previous.reusable if previous is not None else None, strict, flag_data, segment_data
+    )
     segments = _compile_all(
         segment_data, "segments", "segment", _segment_edges(segment_data), compile_segment
     )
@@ -536,6 +601,7 @@ def _compile_snapshot(snapshot: Snapshot, strict: bool) -> CompiledEnvironment:
         "prerequisite",
         _flag_edges(flag_data),
         lambda flag, resolve: build_flag(flag, resolve, resolve_segment),
+        reuse,
     )
     errors: dict[tuple[str, str], CompileError] = {}
     for item in [*segments.values(), *compiled.values()]:
@@ -566,6 +632,7 @@ def _compile_snapshot(snapshot: Snapshot, strict: bool) -> CompiledEnvironment:
         runs=runs,
         all_runs=tuple(runs.items()),
         client_runs=tuple((k, f.run) for k, f in flags.items() if f.client_side),
+        reusable=_Reusable(strict, flag_data, segment_data, compiled),
     )
 
 
