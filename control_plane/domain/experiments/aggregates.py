@@ -1,4 +1,4 @@
-"""Per-arm sufficient statistics computed in SQL, for several metrics in one pass.
+"""Per-arm sufficient statistics computed in SQL; Python receives one row per arm and metric.
 
 For each exposed unit (its first exposure), over its events of the metrics' names at or after
 that exposure:
@@ -11,7 +11,7 @@ that exposure:
 and, for CUPED, x = the same per-unit quantity over the 14 days before the exposure. The outer
 query reduces units to ``Σc, Σy, Σy², Σz, Σz², Σyz, Σx, Σx², Σxy`` per arm (as doubles, so squares
 of large sums cannot overflow); ``c`` marks units with at least one matching event. Python
-receives one row per arm.
+receives rows per arm only.
 
 Every statistic is a sum over units and a unit without matching events adds zero to each, so the
 sums come from an inner join of exposures and events, and the unit counts from the exposures
@@ -21,11 +21,12 @@ On PostgreSQL the costly step — one row per joined event, grouped per unit —
 streaming: one query per event name, a merge join of two index-only scans in unit order (the
 exposures key and ``ix_events_analysis``, both covering and byte-ordered, see migration 0004)
 feeding a group-by that never holds more than one unit. The units are cut into as many ranges
-as there are cores, at quantiles of the exposures, and the (event name, range) queries run at
-once on separate connections; their sums add up. A small experiment in a big project still gets
-the planner's nested loop of index probes: only hash joins are turned off (hashing a million
-exposures thrashes the cache and was three times slower), and parallel workers and JIT (we parallelise
-ourselves; compiling costs more than it saves here).
+as there are cores, at quantiles of a sample of the exposures, and the (event name, range)
+queries run at once on separate connections, with the per-arm unit counts beside them; their
+sums add up. A small experiment in a big project still gets the planner's nested loop of index
+probes: only hash joins are turned off (hashing a million exposures thrashes the cache and was
+three times slower), with parallel workers (we parallelise ourselves) and JIT (compiling cost
+more than it saved). SQLite runs one query for all metrics.
 """
 
 from __future__ import annotations
@@ -180,15 +181,16 @@ def _partitions() -> int:
 # Below this many exposed units one query is as quick as several.
 _MIN_UNITS_PER_RANGE = 20_000
 _SAMPLE_ROWS = 20_000  # rows of ``exposures`` a sample reads to place the cuts
-_PLANNER = {
-    "work_mem": os.environ.get("VANE_ANALYSIS_WORK_MEM") or "256MB",
-    "enable_hashjoin": "off",
-    "max_parallel_workers_per_gather": "0",
-    "jit": "off",
-}
 
 
-_SAMPLE_ROWS = 20_000  # rows of ``exposures`` a sample reads to place the cuts
+def _planner() -> dict[str, str]:
+    """Settings local to an analysis query's transaction (read when a query runs)."""
+    return {
+        "work_mem": os.environ.get("VANE_ANALYSIS_WORK_MEM") or "256MB",
+        "enable_hashjoin": "off",
+        "max_parallel_workers_per_gather": "0",
+        "jit": "off",
+    }
 
 
 async def _unit_ranges(
@@ -198,9 +200,8 @@ async def _unit_ranges(
 
     The cuts are quantiles of a page sample of ``exposures`` (``TABLESAMPLE SYSTEM``, ~20k rows
     read whatever the table's size, never more than 80k kept), which also estimates how many
-    units there are: a subject
-    too small to be worth splitting gets one range. The cuts only balance the work; any cuts give
-    the same sums.
+    units there are: a subject too small to be worth splitting gets one range. The cuts only
+    balance the work; any cuts give the same sums.
     """
     if _partitions() == 1:
         return [(None, None)]
@@ -239,7 +240,7 @@ async def _postgres_all(engine: AsyncEngine, statements: Sequence[Executable]) -
 
     async def run(statement: Executable) -> list[Any]:
         async with gate, engine.connect() as connection, connection.begin():
-            for name, value in _PLANNER.items():
+            for name, value in _planner().items():
                 await connection.execute(
                     text("SELECT set_config(:name, :value, true)"), {"name": name, "value": value}
                 )
