@@ -8,8 +8,10 @@ from typing import Any
 
 import anyio
 from litestar import Litestar, MediaType, Router, get
+from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.handlers import HTTPRouteHandler
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
@@ -22,6 +24,7 @@ from control_plane.bootstrap import IssuedKey, bootstrap
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
 from control_plane.deps import provide_scope
+from control_plane.domain.audit.controllers import AuditController
 from control_plane.domain.coderefs.controllers import CodeRefController
 from control_plane.domain.environments.controllers import EnvironmentController
 from control_plane.domain.events.controllers import EventController
@@ -30,16 +33,19 @@ from control_plane.domain.flags.controllers import FlagController
 from control_plane.domain.keys.controllers import KeyController
 from control_plane.domain.metrics.controllers import MetricController
 from control_plane.domain.segments.controllers import SegmentController
-from control_plane.errors import EXCEPTION_HANDLERS
+from control_plane.errors import ERROR_RESPONSES, EXCEPTION_HANDLERS
 from control_plane.publishing.fanout import RedisFanout
 from control_plane.publishing.hub import Hub, run_reconciler
 from control_plane.publishing.notifier import ChangeNotifier
+from control_plane.publishing.provider_feed import snapshot_stream
 from control_plane.publishing.stream import relay_stream
+from control_plane.ratelimit import RedisLimiter, make_limiter
 from control_plane.settings import Settings
 
 logger = logging.getLogger("vane.control_plane")
 
 API_CONTROLLERS: list[ControllerRouterHandler] = [
+    AuditController,
     FlagController,
     SegmentController,
     EnvironmentController,
@@ -49,6 +55,7 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     MetricController,
     ExperimentController,
     relay_stream,
+    snapshot_stream,
 ]
 UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/schema"]
 
@@ -91,6 +98,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         RedisFanout(settings.redis_url, hub, settings.replica_id) if settings.redis_url else None
     )
     background: list[asyncio.Task[None]] = []
+    limiter = make_limiter(settings.rate_limit_per_s, settings.rate_limit_burst, settings.redis_url)
 
     async def publish(project_id: str, environment_ids: frozenset[str]) -> None:
         await hub.refresh(environment_ids)
@@ -115,13 +123,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
             task.cancel()
         if fanout is not None:
             await fanout.stop()
+        if isinstance(limiter, RedisLimiter):
+            await limiter.close()
         await engine.dispose()
 
     api = [
         Router(path=prefix, route_handlers=API_CONTROLLERS, include_in_schema=prefix == "/api/v1")
         for prefix in ("/api/v1", "/v1")
     ]
-    return Litestar(
+    app = Litestar(
         route_handlers=[healthz, readyz, *api],
         state=State(
             {
@@ -131,10 +141,21 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 "hub": hub,
                 "fanout": fanout,
                 "settings": settings,
+                "limiter": limiter,
             }
         ),
         dependencies={"ctx": Provide(provide_scope)},
         middleware=[DefineMiddleware(KeyAuthenticationMiddleware, exclude=UNAUTHENTICATED)],
+        cors_config=(
+            CORSConfig(
+                allow_origins=list(settings.admin_origins),
+                allow_headers=["Authorization", "Content-Type", "If-Match", "If-None-Match"],
+                expose_headers=["ETag", "Retry-After"],
+                allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+            )
+            if settings.admin_origins
+            else None
+        ),
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,
         on_startup=[on_startup],
@@ -148,6 +169,16 @@ def create_app(settings: Settings | None = None) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    document_errors(app)
+    return app
+
+
+def document_errors(app: Litestar) -> None:
+    """Every operation documents Vane's error answers (``errors.ERROR_RESPONSES``)."""
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", ()):
+            if isinstance(handler, HTTPRouteHandler):
+                handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
 
 
 def log_issued_keys(issued: list[IssuedKey]) -> None:

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from control_plane.db.ids import new_id
 from control_plane.db.models import ApiKey
 from control_plane.errors import ApiError
+from control_plane.ratelimit import Limiter
 from shared.keys import PREFIXES as SHARED_PREFIXES
 from shared.keys import hash_token
 from shared.keys import kind_of as shared_kind_of
@@ -165,6 +166,15 @@ class KeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
                 principal = await find_principal(session, token)
         if principal is None:
             raise refuse(connection, 401, "unknown or revoked API key")
+        limiter: Limiter | None = connection.app.state.get("limiter")
+        if limiter is not None and principal.kind is not KeyKind.RELAY:
+            wait = await limiter.retry_after(principal.key_id)
+            if wait:
+                raise ApiError(
+                    429,
+                    f"rate limit of this key exceeded; retry in {wait} s",
+                    headers={"Retry-After": str(wait)},
+                )
         return AuthenticationResult(user=principal, auth=token)
 
 
@@ -176,14 +186,21 @@ _KIND_LABELS = {
 }
 
 
-def requires(*kinds: KeyKind) -> Any:
-    """A guard admitting only keys of ``kinds`` (403 otherwise)."""
-    allowed = frozenset(kinds)
-    wanted = " or ".join(_KIND_LABELS[kind] for kind in kinds)
+ALSO_KEYS = "vane_also_keys"
+"""A handler's ``opt`` entry naming key kinds it admits besides its controller's guard's."""
 
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+
+def requires(*kinds: KeyKind) -> Any:
+    """A guard admitting only keys of ``kinds``, or of the kinds a handler adds in its
+    ``opt={ALSO_KEYS: [...]}`` (403 otherwise)."""
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+        if connection.scope.get("method") == "OPTIONS":
+            return  # Litestar's own OPTIONS answer (204 with Allow) needs no key and reads nothing
         principal: Principal = connection.user
+        allowed = (*kinds, *handler.opt.get(ALSO_KEYS, ()))
         if principal.kind not in allowed:
+            wanted = " or ".join(_KIND_LABELS[kind] for kind in allowed)
             raise refuse(
                 connection,
                 403,

@@ -266,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     create = keys_parser.add_parser("create", help="issue a key (its secret is printed once)")
     create.add_argument("--kind", required=True, choices=[k.value for k in KeyKind])
     create.add_argument(
-        "--env", help="environment (required for public keys; optional for relay keys)"
+        "--env",
+        help="environment (required for public keys; a server key bound to one evaluates its"
+        " flags at relays; optional for relay keys)",
     )
     create.add_argument("--name", help="a label for the key")
     create.add_argument(

@@ -21,9 +21,11 @@ from litestar.exceptions import (
     ValidationException,
 )
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Reference, Schema
 from litestar.typing import FieldDefinition
 
+from shared.wire import body
 from shared.wire.events import convert_problem
 
 logger = logging.getLogger("vane.errors")
@@ -46,6 +48,36 @@ _STATUS_CODES = {
 class FieldError(msgspec.Struct):
     field: str
     message: str
+
+
+class Problem(msgspec.Struct):
+    code: str
+    message: str
+    details: list[FieldError]
+
+
+class ErrorResponse(msgspec.Struct):
+    """Every error answer: ``{"error": {"code", "message", "details": [{"field", "message"}]}}``."""
+
+    error: Problem
+
+
+_WHEN = {
+    400: "The body is not JSON (empty, malformed, not UTF-8 or nested too deeply)",
+    401: "No API key, or an unknown or revoked one",
+    403: "A key of the wrong kind for this endpoint",
+    404: "No such resource",
+    409: "Conflicts with the current state (a duplicate key, a forbidden transition, ...)",
+    413: "The body is larger than the limit",
+    422: "Invalid input: each detail names its field",
+    429: "Rate limited: retry after the Retry-After header's seconds",
+}
+ERROR_RESPONSES = {
+    status: ResponseSpec(data_container=ErrorResponse, description=text, generate_examples=False)
+    for status, text in _WHEN.items()
+}
+"""Documented on every operation, so the OpenAPI document shows each status Vane can answer with
+Vane's own error schema (not the framework's default)."""
 
 
 class ApiError(Exception):
@@ -91,18 +123,25 @@ def field_from_msgspec(error: msgspec.ValidationError) -> FieldError:
     return FieldError(field=field or "body", message=message)
 
 
+def malformed(exc: body.MalformedBody) -> ApiError:
+    return ApiError(400, exc.message, code="malformed_json")
+
+
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
 def decode_json_body(raw: bytes, model: type[Any]) -> Any:
-    """Decode ``raw`` into ``model`` strictly; malformed JSON is 400, a wrong shape 422."""
-    if not raw.strip():
-        raw = b"{}"
+    """Decode ``raw`` into ``model`` strictly; a body that is not JSON (empty, broken, not
+    UTF-8, nested too deeply) is 400, a wrong shape 422."""
+    decoder = _decoders.get(model)
+    if decoder is None:
+        decoder = _decoders[model] = msgspec.json.Decoder(model, strict=True)
     try:
-        return msgspec.json.decode(raw, type=model, strict=True)
+        return body.decode(raw, decoder)
     except msgspec.ValidationError as exc:
         raise invalid_many([field_from_msgspec(exc)]) from exc
-    except msgspec.DecodeError as exc:
-        raise ApiError(
-            400, f"request body is not valid JSON: {exc}", code="malformed_json"
-        ) from exc
+    except body.MalformedBody as exc:
+        raise malformed(exc) from exc
 
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -152,12 +191,20 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
     details: list[FieldError] = []
     message = exc.detail
     if isinstance(exc, ValidationException):
-        # Litestar's own parameter validation (query and path parameters).
-        for item in exc.extra if isinstance(exc.extra, list) else []:
-            if isinstance(item, dict):
-                details.append(FieldError(str(item.get("key", "")), str(item.get("message", ""))))
+        # Litestar's own parameter validation (query and path parameters), and a missing body
+        # (an empty body never reaches the DTO: Litestar passes it on as "no data").
+        items = [
+            item
+            for item in (exc.extra if isinstance(exc.extra, list) else [])
+            if isinstance(item, dict)
+        ]
+        if any(item.get("key") == "data" for item in items):
+            return api_error_handler(request, ApiError(400, body.EMPTY, code="malformed_json"))
+        for item in items:
+            field = str(item.get("key") or item.get("source") or "request")
+            details.append(FieldError(field, str(item.get("message") or "invalid")))
         status = 422 if details else 400
-        message = details[0].message if details else message
+        message = f"{details[0].field}: {details[0].message}" if details else message
     elif isinstance(exc, RequestEntityTooLarge):
         message = "request body is larger than the limit of 1 MiB"
     elif isinstance(exc, NotFoundException) and exc.detail == "Not Found":

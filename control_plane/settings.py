@@ -21,6 +21,9 @@ class Settings:
     reconcile_s: float = 5.0  # compare served snapshot versions with the database this often
     bayesian_prior_sd: float | None = 0.3  # normal prior on the log lift; None = flat
     replica_id: str = field(default_factory=lambda: "cp-" + secrets.token_hex(4))
+    admin_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (CORS)
+    rate_limit_per_s: float = 0.0  # requests per second per API key; 0 = off
+    rate_limit_burst: int = 0  # bucket size; 0 = one second's worth
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -33,6 +36,11 @@ class Settings:
             heartbeat_s=float(env.get("VANE_HEARTBEAT_S") or 10.0),
             reconcile_s=float(env.get("VANE_RECONCILE_S") or 5.0),
             bayesian_prior_sd=_prior(env.get("VANE_BAYESIAN_PRIOR_SD")),
+            admin_origins=tuple(
+                o.strip() for o in (env.get("VANE_ADMIN_ORIGINS") or "").split(",") if o.strip()
+            ),
+            rate_limit_per_s=float(env.get("VANE_RATE_LIMIT") or 0),
+            rate_limit_burst=int(env.get("VANE_RATE_BURST") or 0),
         )
 
 

@@ -207,11 +207,11 @@ class Route:
 
 
 class Router:
-    """Exact paths, and paths ending in one ``{param}`` segment (matched by prefix)."""
+    """Exact paths, and paths with one ``{param}`` segment (``/a/{key}`` or ``/a/{key}/b``)."""
 
     def __init__(self) -> None:
         self.exact: dict[str, Route] = {}
-        self.prefixed: list[tuple[str, Route]] = []
+        self.prefixed: list[tuple[str, str, Route]] = []  # (before, after the parameter, route)
 
     def add(
         self,
@@ -223,14 +223,17 @@ class Router:
         cors: bool = False,
     ) -> None:
         """Route ``method path`` to ``handler``; ``cors`` answers preflights for the path."""
-        route = self.exact.get(path) or next((r for p, r in self.prefixed if r.name == path), None)
+        route = self.exact.get(path) or next(
+            (r for _, _, r in self.prefixed if r.name == path), None
+        )
         if route is None:
             route = Route(path, error_body, cors)
-            if path.endswith("}"):
-                prefix = path[: path.rindex("{")]
-                if "{" in prefix or not prefix.endswith("/"):
-                    raise ValueError(f"only one trailing path parameter is supported: {path}")
-                self.prefixed.append((prefix, route))
+            if "{" in path:
+                prefix, _, rest = path.partition("{")
+                suffix = rest.partition("}")[2]
+                if "{" in suffix or not prefix.endswith("/") or suffix[:1] not in {"", "/"}:
+                    raise ValueError(f"one whole-segment path parameter is supported: {path}")
+                self.prefixed.append((prefix, suffix, route))
             else:
                 self.exact[path] = route
         route.cors = route.cors or cors
@@ -240,9 +243,9 @@ class Router:
         route = self.exact.get(path)
         if route is not None:
             return route, None
-        for prefix, route in self.prefixed:
-            if path.startswith(prefix):
-                param = path[len(prefix) :]
+        for prefix, suffix, route in self.prefixed:
+            if path.startswith(prefix) and path.endswith(suffix):
+                param = path[len(prefix) : len(path) - len(suffix)]
                 if param and "/" not in param:
                     return route, param
         return None
@@ -348,7 +351,7 @@ def build_http_app(
     sse_keepalive_s: float = 15.0,
 ) -> ASGIApp:
     """The relay's HTTP application (``http`` scopes only; the caller handles ``lifespan``)."""
-    from relay.routes import Browser, ofrep, ops, sdk, sse
+    from relay.routes import Browser, feed, ofrep, ops, sdk, sse
 
     router = Router()
     browser = Browser(store, settings, metrics)
@@ -357,6 +360,7 @@ def build_http_app(
     streams = sse.EventStreams(browser, keepalive_s=sse_keepalive_s)
     ofrep.register(router, browser, streams)
     streams.register(router)
+    feed.SnapshotFeed(browser, streams.hub, keepalive_s=sse_keepalive_s).register(router)
     metrics.register_gauge_callback(
         "sse_streams", "Open OFREP event streams.", streams.hub.open_streams
     )

@@ -72,6 +72,7 @@ class Connection:
     relay_id: str
     project_id: str
     environment_ids: frozenset[str]
+    bound: bool = False  # the relay key reads one environment; else every one of the project
     versions: dict[str, int] = field(default_factory=dict)  # by environment key
     pending: set[str] = field(default_factory=set)  # environment ids
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -95,17 +96,22 @@ class Hub:
             select(
                 ApiKey.id, ApiKey.kind, ApiKey.secret_hash, ApiKey.origins, ApiKey.environment_id
             )
-            .where(
-                ApiKey.project_id == environment.project_id,
-                ApiKey.revoked_at.is_(None),
-                ApiKey.kind.in_(("public", "server")),
-            )
+            .where(ApiKey.project_id == environment.project_id, ApiKey.revoked_at.is_(None))
             .order_by(ApiKey.id)
         )
+        # Every live key of the project, so a relay can tell a key of the wrong kind (403) from
+        # an unknown one (401) and accept management keys where the API does. Public keys and
+        # server keys bound to an environment appear in their own environment's snapshot only.
         keys = tuple(
-            p.AccessKey(id=key_id, kind=kind, hash=secret_hash, origins=tuple(origins or ()))
+            p.AccessKey(
+                id=key_id,
+                kind=kind,
+                hash=secret_hash,
+                origins=tuple(origins or ()),
+                environment=environment.key if kind == "server" and env_id else None,
+            )
             for key_id, kind, secret_hash, origins, env_id in rows
-            if kind == "server" or env_id == environment.id
+            if env_id is None or kind == "relay" or env_id == environment.id
         )
         return p.Access(keys=keys)
 
@@ -153,8 +159,12 @@ class Hub:
                 feed.patches.append((old.version, snapshot.version, p.encode(patch)))
             self.feeds[environment_id] = feed
         for connection in self.connections:
-            if environment_id in connection.environment_ids:
-                connection.mark(environment_id)
+            if environment_id not in connection.environment_ids:
+                if connection.bound or connection.project_id != project_id:
+                    continue
+                # an environment created while the relay is connected: it reads that one too
+                connection.environment_ids = connection.environment_ids | {environment_id}
+            connection.mark(environment_id)
 
     async def reconcile(self) -> None:
         """Catch up with changes this replica was not told about (a missed Redis notice)."""

@@ -93,6 +93,7 @@ async def relay_stream(socket: WebSocket[Principal, str, Any]) -> None:
         relay_id=hello.relay,
         project_id=principal.project_id,
         environment_ids=frozenset(e.id for e in environments),
+        bound=principal.environment_id is not None,
         versions=dict(hello.versions),
     )
     session = RelaySession(socket, hub, connection, heartbeat_s)

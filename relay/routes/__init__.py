@@ -16,7 +16,6 @@ state.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -36,34 +35,13 @@ from relay.metrics import RelayMetrics
 from relay.settings import RelaySettings
 from relay.store import Caller, EnvironmentState, Store
 from shared.engine import Evaluation, Reason, context_key, ofrep_error_code, openfeature_reason
+from shared.ratelimit import RateLimiter
+from shared.wire.body import MalformedBody, decode
 from shared.wire.protocol import AccessKey
 
 __all__ = ["Admission", "Browser", "ContextError", "RateLimiter", "View", "parse_context"]
 
 MAX_CACHED_PER_FLAG = 1024  # compile-time evaluations per flag are few; this only guards memory
-
-
-class RateLimiter:
-    """A token bucket per public key id, local to this relay process."""
-
-    def __init__(self, rate_per_s: float, burst: int) -> None:
-        self.rate = rate_per_s
-        self.burst = float(burst if burst > 0 else max(1, math.ceil(rate_per_s)))
-        self.buckets: dict[str, list[float]] = {}  # key id -> [tokens, monotonic time]
-
-    def retry_after(self, key_id: str, now: float) -> int:
-        """0 when a request may pass (and take a token), else whole seconds to wait."""
-        bucket = self.buckets.get(key_id)
-        if bucket is None:
-            self.buckets[key_id] = [self.burst - 1.0, now]
-            return 0
-        tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
-        bucket[1] = now
-        if tokens >= 1.0:
-            bucket[0] = tokens - 1.0
-            return 0
-        bucket[0] = tokens
-        return max(1, math.ceil((1.0 - tokens) / self.rate))
 
 
 def origin_allowed(key: AccessKey, origin: bytes) -> bool:
@@ -95,6 +73,7 @@ class _Body(msgspec.Struct):
 
 _body_decoder = msgspec.json.Decoder(_Body)
 _context_decoder = msgspec.json.Decoder(dict[str, Any])
+_any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 
 class ContextError(Exception):
@@ -109,22 +88,23 @@ class ContextError(Exception):
 def parse_context(body: bytes) -> tuple[dict[str, Any], msgspec.Raw]:
     """The ``context`` object of ``{"context": {...}}`` and its raw bytes (for ETags)."""
     try:
-        raw = _body_decoder.decode(body).context
+        raw = decode(body, _body_decoder).context
+    except MalformedBody as exc:
+        raise ContextError(exc.message, malformed=True) from exc
     except msgspec.ValidationError as exc:
         # msgspec may report a type mismatch before it sees that the JSON is broken (``[``)
         try:
-            msgspec.json.decode(body)
-        except msgspec.DecodeError as broken:
-            message = f"request body is not valid JSON: {broken}"
-            raise ContextError(message, malformed=True) from exc
+            decode(body, _any_decoder)
+        except MalformedBody as broken:
+            raise ContextError(broken.message, malformed=True) from exc
         raise ContextError(f"request body must be a JSON object: {exc}", malformed=False) from exc
-    except msgspec.DecodeError as exc:
-        raise ContextError(f"request body is not valid JSON: {exc}", malformed=True) from exc
     if not raw:
         raise ContextError("context is required", malformed=False)
     try:
-        context = _context_decoder.decode(raw)
-    except msgspec.DecodeError as exc:
+        context = decode(raw, _context_decoder)
+    except MalformedBody as exc:
+        raise ContextError(exc.message, malformed=True) from exc
+    except msgspec.ValidationError as exc:
         raise ContextError("context must be an object", malformed=False) from exc
     return context, raw
 
@@ -166,9 +146,8 @@ class View:
         self.version_bytes = str(state.version).encode()
         self.etag_seed = state.etag.encode()
         self.bulk_metadata = b'"metadata":{"version":' + self.version_bytes + b"}"
-        client = [key for key, _ in state.compiled.client_runs]
-        self.ofrep: dict[str, dict[int, bytes]] = {key: {} for key in client}
-        self.sdk: dict[str, dict[int, bytes]] = {key: {} for key in client}
+        self.ofrep: dict[str, dict[int, bytes]] = {key: {} for key in state.compiled.flags}
+        self.sdk: dict[str, dict[int, bytes]] = {key: {} for key in state.compiled.flags}
         self._pinned: list[Evaluation] = []
 
     def _remember(self, cache: dict[int, bytes], evaluation: Evaluation, item: bytes) -> None:
@@ -247,18 +226,26 @@ class Views:
 
 
 class Admission:
-    """A request that passed the browser gate."""
+    """A request that passed the gate: a public key, or (where backends are admitted) a server
+    key bound to the environment, which is ``trusted`` to see server-side flags too."""
 
-    __slots__ = ("body", "caller", "headers", "state", "view")
+    __slots__ = ("body", "caller", "headers", "state", "trusted", "view")
 
     def __init__(
-        self, caller: Caller, state: EnvironmentState, view: View, body: bytes, headers: Headers
+        self,
+        caller: Caller,
+        state: EnvironmentState,
+        view: View,
+        body: bytes,
+        headers: Headers,
+        trusted: bool = False,
     ) -> None:
         self.caller = caller
         self.state = state
         self.view = view
         self.body = body
         self.headers = headers  # CORS set for this request; extend, do not share
+        self.trusted = trusted
 
 
 class ExposureReporter(Protocol):
@@ -303,8 +290,14 @@ class Browser:
         if self.exposures is not None:
             self.exposures.report(state, context_key(context), evaluations)
 
-    async def admit(self, request: Request, error_body: ErrorBody) -> Admission | Response:
-        """Check the key, origin, rate and body; take the environment's state once."""
+    async def admit(
+        self, request: Request, error_body: ErrorBody, *, backends: bool = False
+    ) -> Admission | Response:
+        """Check the key, origin, rate and body; take the environment's state once.
+
+        ``backends``: a server key bound to an environment is admitted too (evaluation and
+        assignment endpoints), never from a page: with an ``Origin`` header it is refused.
+        """
         headers = request.headers
         origin = headers.get(b"origin")
         token = bearer_token(headers)
@@ -314,7 +307,12 @@ class Browser:
         caller = self.store.caller(token)
         if caller is None:
             return unknown_key(self.store, error_body, cors_headers(origin))
-        refused = self.check_key(caller.key, origin, error_body)
+        trusted = backends and caller.key.kind == "server"
+        refused = (
+            self.check_server_key(caller.key, origin, error_body)
+            if trusted
+            else self.check_key(caller.key, origin, error_body, backends=backends)
+        )
         if refused is not None:
             return refused
         try:
@@ -325,14 +323,40 @@ class Browser:
         state = self.store.get(caller.environment)
         if state is None:
             return Response(503, error_body(503, "relay has no snapshot yet"), cors_headers(origin))
-        return Admission(caller, state, self.views.of(state), body, cors_headers(origin))
+        view = self.views.of(state)
+        return Admission(caller, state, view, body, cors_headers(origin), trusted=trusted)
+
+    def check_server_key(
+        self, key: AccessKey, origin: bytes | None, error_body: ErrorBody
+    ) -> Response | None:
+        """A server key: never from a page, and only one bound to an environment evaluates."""
+        if origin is not None:  # the page may read why: a server key does not belong in it
+            message = "a server key is never accepted from a page (the request has an Origin)"
+            return Response(403, error_body(403, message), cors_headers(origin))
+        if key.environment is None:
+            message = (
+                "this server key is not bound to an environment; issue one with "
+                "'vane keys create --kind server --env <environment>' to evaluate flags"
+            )
+            return Response(403, error_body(403, message), cors_headers(None))
+        return None
 
     def check_key(
-        self, key: AccessKey, origin: bytes | None, error_body: ErrorBody
+        self,
+        key: AccessKey,
+        origin: bytes | None,
+        error_body: ErrorBody,
+        *,
+        backends: bool = False,
     ) -> Response | None:
         """The key's kind, origin allow-list and rate limit; a refusal, or None to go on."""
         if key.kind != "public":
-            message = "only public (pk_) keys may call browser endpoints"
+            message = (
+                "this endpoint needs a public key (pk_) or a server key (ssk_) bound to an "
+                "environment"
+                if backends
+                else "only public (pk_) keys may call browser endpoints"
+            )
             return Response(403, error_body(403, message), cors_headers(origin))
         if origin is not None and not origin_allowed(key, origin):
             message = "this key may not be used from this origin"

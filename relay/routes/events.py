@@ -1,16 +1,21 @@
 """Event intake on the relay: spooled durably (fsync) before the answer, forwarded upstream.
 
 - ``POST /api/v1/track`` (one event) and ``POST /api/v1/events`` (``{"events": [...]}``, ≤ 1000)
-  with a server key (``ssk_``), as on the control plane;
+  with a server or management key, as on the control plane (also under ``/v1``);
 - ``POST /sdk/v1/events`` (``{"events": [...]}``) with a public key, from browsers. ``sendBeacon``
   cannot set headers, so the key may also come as ``?key=pk_…``, and any content type is read as
   JSON.
 
 Events are checked with the control plane's own rules (``shared.wire.events``), so a bad event is
-refused here with the same 422. An event without ``eventId`` gets one now, and ``ts`` defaults to
-the relay's receipt time, so a batch forwarded twice after a crash is counted once and keeps its
-time. The answer is ``{"accepted": n, "duplicates": 0, "spooled": true}``: duplicates are known only
-upstream. A full spool answers 503 with ``Retry-After``.
+refused here with the same 422. Trust follows the key: a page may not send ``$`` names (exposures
+are what the relay itself records of its assignments and evaluations), and a backend's
+``$exposure`` must name a running experiment and the unit's deterministic variant, checked against
+the relay's snapshot. An event without ``eventId`` gets one now, and ``ts`` defaults to the
+relay's receipt time, so a batch forwarded twice after a crash is counted once and keeps its time.
+
+The answer is ``{"accepted": n, "duplicates": m, "spooled": true}``: ``duplicates`` counts
+repeats of an ``eventId`` within the request (spooled once); repeats of ids stored earlier are
+known only upstream, which stores them once. A full spool answers 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -20,16 +25,23 @@ from typing import Any
 
 import msgspec
 
-from relay.http import Request, Response, Router, vane_error, vane_error_body
+from relay.http import (
+    CONTENT_JSON,
+    PayloadTooLarge,
+    Request,
+    Response,
+    Router,
+    vane_error,
+    vane_error_body,
+)
 from relay.routes import Admission, Browser, bearer_token, unknown_key
 from relay.spool import Spool, SpoolFull
-from shared.wire import events
+from relay.store import EnvironmentState
+from shared.engine.experiments import exposure_claim_problem, flag_exposure_claim_problem
+from shared.wire import body, events
 
 RETRY_AFTER_S = b"5"
-
-
-class _Batch(msgspec.Struct, forbid_unknown_fields=True):
-    events: list[Any]
+BACKENDS: dict[str, events.Source] = {"server": "server", "management": "management"}
 
 
 class EventIntake:
@@ -40,8 +52,9 @@ class EventIntake:
         self._ids = events.EventIds("rly")
 
     def register(self, router: Router) -> None:
-        router.add("POST", "/api/v1/track", self.track)
-        router.add("POST", "/api/v1/events", self.batch)
+        for prefix in ("/api/v1", "/v1"):
+            router.add("POST", f"{prefix}/track", self.track)
+            router.add("POST", f"{prefix}/events", self.batch)
         router.add("POST", "/sdk/v1/events", self.browser_events, cors=True)
 
     def _record(self, item: events.EventIn, now: int, source: str) -> dict[str, Any]:
@@ -59,7 +72,7 @@ class EventIntake:
         return record
 
     async def _spool(
-        self, records: list[dict[str, Any]], headers: list[tuple[bytes, bytes]]
+        self, records: list[dict[str, Any]], duplicates: int, headers: list[tuple[bytes, bytes]]
     ) -> Response:
         try:
             await self.spool.append(records)
@@ -70,69 +83,60 @@ class EventIntake:
                 vane_error(503, "the relay's event spool is full; retry later", code="spool_full"),
                 headers,
             )
-        body = msgspec.json.encode({"accepted": len(records), "duplicates": 0, "spooled": True})
-        return Response(200, body, headers)
+        answer = {"accepted": len(records), "duplicates": duplicates, "spooled": True}
+        return Response(200, msgspec.json.encode(answer), headers)
 
-    def _server_key(self, request: Request) -> Response | None:
+    def _backend_key(self, request: Request) -> events.Source | Response:
+        """The kind of a server or management key, or the refusal (401 unknown, 403 other kind)."""
         token = bearer_token(request.headers)
         if token is None:
-            return Response(
-                401,
-                vane_error_body(401, "a server key is required: Authorization: Bearer ssk_..."),
-                [],
-            )
+            message = "a server key is required: Authorization: Bearer ssk_..."
+            return Response(401, vane_error_body(401, message), [CONTENT_JSON])
         caller = self.store.caller(token)
         if caller is None:
-            return unknown_key(self.store, vane_error_body, [])
-        if caller.key.kind != "server":
-            return Response(
-                403, vane_error_body(403, "this endpoint needs a server key (ssk_)"), []
-            )
-        return None
+            return unknown_key(self.store, vane_error_body, [CONTENT_JSON])
+        sender = BACKENDS.get(caller.key.kind)
+        if sender is None:
+            message = "this endpoint needs a server key (ssk_) or a management key (vsk_)"
+            return Response(403, vane_error_body(403, message), [CONTENT_JSON])
+        return sender
 
     async def _body(self, request: Request) -> bytes | Response:
-        from relay.http import PayloadTooLarge
-
         try:
             return await request.body()
         except PayloadTooLarge:
             return Response(
-                413, vane_error_body(413, "request body is larger than the limit of 1 MiB"), []
+                413,
+                vane_error_body(413, "request body is larger than the limit of 1 MiB"),
+                [CONTENT_JSON],
             )
 
     async def track(self, request: Request) -> Response:
-        refused = self._server_key(request)
-        if refused is not None:
-            return refused
+        kind = self._backend_key(request)
+        if isinstance(kind, Response):
+            return kind
         raw = await self._body(request)
         if isinstance(raw, Response):
             return raw
         now = time.time_ns() // 1_000_000
         try:
-            item = msgspec.json.decode(raw, type=events.EventIn, strict=True)
-        except msgspec.ValidationError as exc:
-            return _invalid([events.convert_problem("", exc)], [])
-        except msgspec.DecodeError as exc:
-            return Response(
-                400,
-                vane_error(400, f"request body is not valid JSON: {exc}", code="malformed_json"),
-                [],
-            )
-        problems = events.check_event(item, now)
-        if item.source is not None:
-            problems.append(("source", "only relays say where an event came from"))
-        if problems:
-            return _invalid(problems, [])
-        return await self._spool([self._record(item, now, "server")], [])
+            item, problems = events.decode_one(raw, now)
+        except body.MalformedBody as exc:
+            return malformed(exc, [CONTENT_JSON])
+        if item is not None:
+            problems.extend(self._sender_problems(item, kind, ""))
+        if problems or item is None:
+            return invalid(problems, [CONTENT_JSON])
+        return await self._spool([self._record(item, now, kind)], 0, [CONTENT_JSON])
 
     async def batch(self, request: Request) -> Response:
-        refused = self._server_key(request)
-        if refused is not None:
-            return refused
+        kind = self._backend_key(request)
+        if isinstance(kind, Response):
+            return kind
         raw = await self._body(request)
         if isinstance(raw, Response):
             return raw
-        return await self._accept(raw, "server", [])
+        return await self._accept(raw, kind, [CONTENT_JSON])
 
     async def browser_events(self, request: Request) -> Response:
         key = request.query("key")
@@ -143,36 +147,74 @@ class EventIntake:
             return admitted
         return await self._accept(admitted.body, "browser", admitted.headers)
 
+    def _sender_problems(
+        self, item: events.EventIn, sender: events.Source, prefix: str
+    ) -> list[events.Problem]:
+        problems = events.sender_problems(item, sender, prefix)
+        if not problems and sender in BACKENDS and item.event in events.EXPOSURE_EVENTS:
+            problem = self._claim_problem(item)
+            if problem is not None:
+                problems.append((prefix + problem[0], problem[1]))
+        return problems
+
+    def _claim_problem(self, item: events.EventIn) -> tuple[str, str] | None:
+        """A backend's exposure, checked against the snapshot (running experiments, live flags)."""
+        state = _any_state(self.store.states)
+        if state is None:
+            return "event", "the relay has no snapshot yet to check this exposure against"
+        if item.event == events.FLAG_EXPOSURE:
+
+            def variations(key: str) -> set[int] | None:
+                flag = state.snapshot.flags.get(key)
+                return None if flag is None else {v.idx for v in flag.variations}
+
+            return flag_exposure_claim_problem(item.props, variations)
+
+        def running(key: str) -> tuple[list[str], list[int | None]] | None:
+            experiment = state.snapshot.experiments.get(key)
+            if experiment is None:
+                return None
+            return [v.key for v in experiment.variants], [v.weight for v in experiment.variants]
+
+        return exposure_claim_problem(item.props, item.unit, running)
+
     async def _accept(
-        self, raw: bytes, source: str, headers: list[tuple[bytes, bytes]]
+        self, raw: bytes, sender: events.Source, headers: list[tuple[bytes, bytes]]
     ) -> Response:
         now = time.time_ns() // 1_000_000
         try:
-            body = msgspec.json.decode(raw, type=_Batch, strict=True)
-        except msgspec.ValidationError as exc:
-            return _invalid([events.convert_problem("", exc)], headers)
-        except msgspec.DecodeError as exc:
-            return Response(
-                400,
-                vane_error(400, f"request body is not valid JSON: {exc}", code="malformed_json"),
-                headers,
-            )
-        items, problems = events.parse_batch(body.events, now)
-        problems.extend(
-            (f"events[{i}].source", "only relays say where an event came from")
-            for i, item in enumerate(items)
-            if item.source is not None
-        )
+            items, problems = events.decode_batch(raw, now)
+        except body.MalformedBody as exc:
+            return malformed(exc, headers)
+        for index, item in enumerate(items):
+            problems.extend(self._sender_problems(item, sender, f"events[{index}]."))
         if problems:
-            return _invalid(problems, headers)
-        return await self._spool([self._record(item, now, source) for item in items], headers)
+            return invalid(problems, headers)
+        records: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for item in items:
+            if item.event_id is not None:
+                if item.event_id in seen:
+                    continue
+                seen.add(item.event_id)
+            records.append(self._record(item, now, sender))
+        return await self._spool(records, len(items) - len(records), headers)
 
 
-def _invalid(problems: list[events.Problem], headers: list[tuple[bytes, bytes]]) -> Response:
+def _any_state(states: dict[str, EnvironmentState]) -> EnvironmentState | None:
+    """Running experiments are the project's, in every environment's snapshot alike."""
+    return next(iter(states.values()), None)
+
+
+def malformed(exc: body.MalformedBody, headers: list[tuple[bytes, bytes]]) -> Response:
+    return Response(400, vane_error(400, exc.message, code="malformed_json"), headers)
+
+
+def invalid(problems: list[events.Problem], headers: list[tuple[bytes, bytes]]) -> Response:
     first_field, first_message = problems[0]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    body = vane_error(422, f"{first_field}: {first_message}{more}", details=tuple(problems))
-    return Response(422, body, headers)
+    body_ = vane_error(422, f"{first_field}: {first_message}{more}", details=tuple(problems))
+    return Response(422, body_, headers)
 
 
 def registrar(spool: Spool) -> Any:

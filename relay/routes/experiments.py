@@ -1,11 +1,18 @@
-"""``POST /sdk/v1/experiments`` ``{unit, url}`` → the running experiments on that page, with the
-unit's variant and what to render — assigned exactly as the control plane assigns
-(``shared.engine.experiments``).
+"""Experiments on the relay, assigned exactly as the control plane assigns
+(``shared.engine.experiments``):
+
+- ``POST /sdk/v1/experiments`` ``{unit, url}`` (public key) → the element and cta experiments
+  running on that page, with the unit's variant and what to render. Manual experiments have no
+  effect on a page and are not listed.
+- ``POST /sdk/v1/experiments/{key}/assign`` ``{unit, url}`` (public key, or a server key bound to
+  an environment) → ``{experiment, variant, assigned, reason, content}`` for one experiment, as
+  the control plane's assign endpoint answers: the path of manual experiments (the tracker's
+  ``experiment(key)``, a backend's server-side test).
 
 Each first assignment is reported upstream as a ``$exposure`` event through the event spool
-(fsync'd, forwarded losslessly). Its ``eventId`` is ``exp:<experiment>:<unit>``, the same on every
-relay, so the control plane stores one exposure per unit however many relays saw it; a bounded
-in-memory set spares the spool repeats from this relay.
+(fsync'd, forwarded losslessly), at the relay's clock. Its ``eventId`` is
+``exp:<experiment>:<unit>``, the same on every relay, so the control plane stores one exposure per
+unit however many relays saw it; a bounded in-memory set spares the spool repeats from this relay.
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ from typing import Any
 
 import msgspec
 
-from relay.http import Request, Response, Router, vane_error, vane_error_body
+from relay.http import Request, Response, Router, vane_error_body
 from relay.routes import Admission, Browser
+from relay.routes.events import invalid, malformed
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
 from shared.engine import Evaluation
 from shared.engine.experiments import choose_variant, thresholds, url_matches
+from shared.wire.body import MalformedBody, decode
+from shared.wire.events import convert_problem
 from shared.wire.snapshot import ExperimentSnapshot
 
 SEEN_LIMIT = 200_000
@@ -32,6 +42,9 @@ SEEN_LIMIT = 200_000
 class _Body(msgspec.Struct, forbid_unknown_fields=True):
     unit: str
     url: str | None = None
+
+
+_body_decoder = msgspec.json.Decoder(_Body, strict=True)
 
 
 class Seen:
@@ -80,60 +93,107 @@ class ExperimentRoutes:
         self.browser = browser
         self.seen = Seen()
 
-    async def assign(self, request: Request) -> Response:
-        admitted = await self.browser.admit(request, vane_error_body)
+    async def _admit(
+        self, request: Request, *, backends: bool
+    ) -> tuple[Admission, _Body] | Response:
+        admitted = await self.browser.admit(request, vane_error_body, backends=backends)
         if not isinstance(admitted, Admission):
             return admitted
         headers = admitted.headers
         try:
-            body = msgspec.json.decode(admitted.body, type=_Body, strict=True)
+            body = decode(admitted.body, _body_decoder)
         except msgspec.ValidationError as exc:
-            return Response(422, vane_error(422, str(exc), details=(("body", str(exc)),)), headers)
-        except msgspec.DecodeError as exc:
-            return Response(
-                400,
-                vane_error(400, f"request body is not valid JSON: {exc}", code="malformed_json"),
-                headers,
-            )
+            field, message = convert_problem("", exc)
+            return invalid([(field or "body", message)], headers)
+        except MalformedBody as exc:
+            return malformed(exc, headers)
         if not body.unit.strip() or len(body.unit) > 200:
-            return Response(
-                422,
-                vane_error(
-                    422, "unit: 1 to 200 characters", details=(("unit", "1 to 200 characters"),)
-                ),
-                headers,
-            )
-        now = time.time_ns() // 1_000_000
-        running = []
-        exposures = []
-        for experiment in admitted.state.snapshot.experiments.values():
-            if not url_matches(experiment.url, body.url):
-                continue
-            bounds = thresholds([v.weight for v in experiment.variants])
-            index = choose_variant(experiment.key, body.unit, bounds)
-            running.append(render(experiment, index))
-            event_id = f"exp:{experiment.key}:{body.unit}"
-            if self.seen.add(event_id):
-                exposures.append(
-                    {
-                        "unit": body.unit,
-                        "event": "$exposure",
-                        "eventId": event_id,
-                        "ts": now,
-                        "source": "browser",
-                        "props": {
-                            "experiment": experiment.key,
-                            "variant": experiment.variants[index].key,
-                        },
-                        **({"url": body.url} if body.url else {}),
-                    }
-                )
+            return invalid([("unit", "1 to 200 characters")], headers)
+        return admitted, body
+
+    def _exposure(
+        self, experiment: ExperimentSnapshot, unit: str, index: int, url: str | None, now: int
+    ) -> dict[str, Any] | None:
+        """The ``$exposure`` to spool for a unit's first assignment here, None if reported."""
+        event_id = f"exp:{experiment.key}:{unit}"
+        if not self.seen.add(event_id):
+            return None
+        return {
+            "unit": unit,
+            "event": "$exposure",
+            "eventId": event_id,
+            "ts": now,
+            "source": "relay",
+            "props": {"experiment": experiment.key, "variant": experiment.variants[index].key},
+            **({"url": url} if url else {}),
+        }
+
+    async def _record(self, exposures: list[dict[str, Any]]) -> None:
         if exposures:
             try:
                 await self.spool.append(exposures)
             except SpoolFull:  # still answered; reported again on the unit's next visit
                 self.seen.forget(str(e["eventId"]) for e in exposures)
-        return Response(200, msgspec.json.encode({"experiments": running}), headers)
+
+    async def page(self, request: Request) -> Response:
+        """``POST /sdk/v1/experiments``: the element and cta experiments running on a page."""
+        admitted = await self._admit(request, backends=False)
+        if isinstance(admitted, Response):
+            return admitted
+        admission, body = admitted
+        now = time.time_ns() // 1_000_000
+        running = []
+        exposures = []
+        for experiment in admission.state.snapshot.experiments.values():
+            if experiment.type == "manual" or not url_matches(experiment.url, body.url):
+                continue  # manual experiments have no effect on a page: assigned on request
+            index = choose_variant(experiment.key, body.unit, _bounds(experiment))
+            running.append(render(experiment, index))
+            exposure = self._exposure(experiment, body.unit, index, body.url, now)
+            if exposure is not None:
+                exposures.append(exposure)
+        await self._record(exposures)
+        return Response(200, msgspec.json.encode({"experiments": running}), admission.headers)
+
+    async def assign(self, request: Request) -> Response:
+        """``POST /sdk/v1/experiments/{key}/assign``: one experiment's variant for a unit, as the
+        control plane's assign endpoint answers it (public key, or a bound server key)."""
+        admitted = await self._admit(request, backends=True)
+        if isinstance(admitted, Response):
+            return admitted
+        admission, body = admitted
+        key = request.param or ""
+        experiment = admission.state.snapshot.experiments.get(key)
+        if experiment is None:  # relays hold running experiments only
+            answer = _assignment(key, "control", False, f"no running experiment {key!r}", None)
+        elif not url_matches(experiment.url, body.url):
+            control = next(v for v in experiment.variants if v.key == "control")
+            reason = "the experiment does not run on this url"
+            answer = _assignment(key, control.key, False, reason, control.content)
+        else:
+            index = choose_variant(experiment.key, body.unit, _bounds(experiment))
+            variant = experiment.variants[index]
+            now = time.time_ns() // 1_000_000
+            exposure = self._exposure(experiment, body.unit, index, body.url, now)
+            await self._record([exposure] if exposure is not None else [])
+            answer = _assignment(key, variant.key, True, "assigned", variant.content)
+        return Response(200, msgspec.json.encode(answer), admission.headers)
+
+
+def _bounds(experiment: ExperimentSnapshot) -> tuple[int, ...]:
+    return thresholds([v.weight for v in experiment.variants])
+
+
+def _assignment(
+    key: str, variant: str, assigned: bool, reason: str, content: str | None
+) -> dict[str, Any]:
+    return {
+        "experiment": key,
+        "variant": variant,
+        "assigned": assigned,
+        "reason": reason,
+        "content": content,
+    }
 
 
 class FlagExposures:
@@ -173,7 +233,7 @@ class FlagExposures:
                         "event": "$flag_exposure",
                         "eventId": event_id,
                         "ts": now,
-                        "source": "browser",
+                        "source": "relay",
                         "props": {"flag": key, "variation": variation},
                     }
                 )
@@ -193,9 +253,9 @@ def registrar(spool: Spool) -> Any:
     """The ``extra_routes`` hook of ``relay.http.build_http_app``: experiments and exposures."""
 
     def register(router: Router, browser: Browser) -> None:
-        router.add(
-            "POST", "/sdk/v1/experiments", ExperimentRoutes(spool, browser).assign, cors=True
-        )
+        routes = ExperimentRoutes(spool, browser)
+        router.add("POST", "/sdk/v1/experiments", routes.page, cors=True)
+        router.add("POST", "/sdk/v1/experiments/{key}/assign", routes.assign, cors=True)
         browser.exposures = FlagExposures(spool)
 
     return register

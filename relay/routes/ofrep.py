@@ -1,9 +1,10 @@
-"""The OpenFeature Remote Evaluation Protocol (``anchors/ofrep-openapi.yaml``) for ``pk_`` keys.
+"""The OpenFeature Remote Evaluation Protocol (``anchors/ofrep-openapi.yaml``) for public keys
+(client-side flags) and server keys bound to an environment (every flag; never from a page).
 
 * ``POST /ofrep/v1/evaluate/flags/{key}``: 200 ``evaluationSuccess``; 400 ``evaluationFailure``
   (``PARSE_ERROR`` for a body that is not JSON or a flag that did not compile,
   ``INVALID_CONTEXT``, ``TARGETING_KEY_MISSING``); 404 ``FLAG_NOT_FOUND`` for unknown, archived
-  and server-side-only flags; 500 ``GENERAL``.
+  and (for public keys) server-side-only flags; 500 ``GENERAL``.
 * ``POST /ofrep/v1/evaluate/flags``: 200 ``{"flags": [...], "metadata", "eventStreams"}`` with an
   ``ETag``; ``If-None-Match`` equal to it → 304; 400 ``bulkEvaluationFailure``.
 
@@ -60,7 +61,7 @@ class OfrepRoutes:
         self.metrics = browser.metrics
 
     async def bulk(self, request: Request) -> Response:
-        admitted = await self.browser.admit(request, ofrep_error_body)
+        admitted = await self.browser.admit(request, ofrep_error_body, backends=True)
         if not isinstance(admitted, Admission):
             return admitted
         headers = admitted.headers
@@ -86,7 +87,9 @@ class OfrepRoutes:
         if if_none_match is not None and etag_matches(if_none_match, etag):
             return Response(304, b"", headers[1:])  # no body, so no content type
 
-        evaluations = evaluate_all(state.compiled, context, int(now * 1000), client_side_only=True)
+        evaluations = evaluate_all(
+            state.compiled, context, int(now * 1000), client_side_only=not admitted.trusted
+        )
         item = view.ofrep_item
         cache = view.ofrep
         parts = []
@@ -95,7 +98,11 @@ class OfrepRoutes:
             parts.append(encoded if encoded is not None else item(key, evaluation))
         self.metrics.count_evaluations(state.environment, len(parts))
         self.browser.evaluated(state, context, evaluations)
-        streams = self.streams.entry(request, state.environment, key_id, state.version)
+        streams = (
+            b"[]"  # a backend polls with If-None-Match; event streams are for pages
+            if admitted.trusted
+            else self.streams.entry(request, state.environment, key_id, state.version)
+        )
         body = b"".join(
             (
                 b'{"flags":[',
@@ -111,7 +118,7 @@ class OfrepRoutes:
 
     async def single(self, request: Request) -> Response:
         key = request.param or ""
-        admitted = await self.browser.admit(request, ofrep_error_body)
+        admitted = await self.browser.admit(request, ofrep_error_body, backends=True)
         if not isinstance(admitted, Admission):
             return admitted
         headers = admitted.headers
@@ -122,7 +129,7 @@ class OfrepRoutes:
             return Response(400, _failure(code, exc.message, key), headers)
         state = admitted.state
         flag = state.compiled.flags.get(key)
-        if flag is None or not flag.client_side:
+        if flag is None or not (flag.client_side or admitted.trusted):
             return Response(
                 404, _failure("FLAG_NOT_FOUND", f"flag {key!r} not found", key), headers
             )

@@ -1,5 +1,6 @@
 """Operations endpoints, no key: ``/healthz`` (the process answers), ``/readyz`` (a snapshot for
-every environment the control plane named), ``/metrics`` (Prometheus text format)."""
+every environment the control plane named), ``/metrics`` (Prometheus text format) and
+``/openapi.json`` (the relay's API)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 
 from relay.http import CONTENT_JSON, Request, Response, Router, json_encode
 from relay.metrics import RelayMetrics
+from relay.openapi import document
 from relay.store import Store
 
 _HEALTHY = json_encode({"status": "ok"})
@@ -36,6 +38,10 @@ def register(router: Router, store: Store, metrics: RelayMetrics) -> None:
     async def scrape(request: Request) -> Response:
         return Response(200, metrics.render(), [content_type])
 
+    async def openapi(request: Request) -> Response:
+        return Response(200, document(), [CONTENT_JSON, (b"cache-control", b"max-age=3600")])
+
+    router.add("GET", "/openapi.json", openapi)
     router.add("GET", "/healthz", healthz)
     router.add("GET", "/readyz", readyz)
     router.add("GET", "/metrics", scrape)

@@ -30,7 +30,7 @@ class SdkRoutes:
         self.metrics = browser.metrics
 
     async def flags(self, request: Request) -> Response:
-        admitted = await self.browser.admit(request, vane_error_body)
+        admitted = await self.browser.admit(request, vane_error_body, backends=True)
         if not isinstance(admitted, Admission):
             return admitted
         headers = admitted.headers
@@ -44,7 +44,9 @@ class SdkRoutes:
         state = admitted.state
         view = admitted.view
         now_ms = time.time_ns() // 1_000_000
-        evaluations = evaluate_all(state.compiled, context, now_ms, client_side_only=True)
+        evaluations = evaluate_all(
+            state.compiled, context, now_ms, client_side_only=not admitted.trusted
+        )
         item = view.sdk_item
         cache = view.sdk
         parts = []

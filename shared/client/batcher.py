@@ -41,6 +41,8 @@ from typing import Any, Final, TypeAlias
 
 import msgspec
 
+from shared.wire.events import MAX_VALUE
+
 logger = logging.getLogger("vane.client")
 
 MAX_BATCH: Final = 1000  # events per POST /events
@@ -249,7 +251,7 @@ class BatchingCore:
         """
         if type(unit) is not str or not unit or type(event) is not str or not event:
             _refuse_names(unit, event)
-        if value is not None and type(value) is not int:
+        if value is not None and (type(value) is not int or not -MAX_VALUE <= value <= MAX_VALUE):
             value = _coerce_value(value)
         if ts is None:
             ts = time.time_ns() // 1_000_000
@@ -638,6 +640,8 @@ def _coerce_value(value: object) -> int:
         )
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"value must be an int in minor units, got {type(value).__name__}")
+    if abs(value) > MAX_VALUE:
+        raise ValueError(f"value must be at most {MAX_VALUE} in absolute value, got {value}")
     return int(value)
 
 

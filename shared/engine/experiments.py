@@ -13,8 +13,9 @@ path of the page URL (query and fragment ignored); a full URL pattern with schem
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 from urllib.parse import urlsplit
 
 from shared.engine.bucketing import experiment_bucket
@@ -68,3 +69,56 @@ def url_matches(pattern: str, url: str | None) -> bool:
     if "*" in pattern:
         return bool(_glob(pattern).match(target))
     return _norm(target) == _norm(pattern)
+
+
+def variant_of(
+    experiment_key: str, unit: str, variants: Sequence[str], weights: Sequence[int | None]
+) -> str:
+    """The key of ``unit``'s variant among ``variants`` (with their stored ``weights``)."""
+    return variants[choose_variant(experiment_key, unit, thresholds(weights))]
+
+
+RunningVariants = Callable[[str], "tuple[Sequence[str], Sequence[int | None]] | None"]
+"""Looks up a running experiment by key: its variant keys and weights, or None."""
+FlagVariations = Callable[[str], "Collection[int] | None"]
+"""Looks up a live flag by key: the indexes of its variations, or None."""
+
+
+def exposure_claim_problem(
+    props: Mapping[str, Any] | None, unit: str, running: RunningVariants
+) -> tuple[str, str] | None:
+    """Why an ``$exposure`` claimed by a backend cannot be recorded, as ``(field, message)``:
+    it must name a running experiment (``props.experiment``) and the variant the deterministic
+    assignment gives ``unit`` (``props.variant``). None when it holds."""
+    props = props or {}
+    experiment, variant = props.get("experiment"), props.get("variant")
+    if not isinstance(experiment, str):
+        return "props.experiment", "an exposure names its experiment's key"
+    if not isinstance(variant, str):
+        return "props.variant", "an exposure names the variant shown"
+    found = running(experiment)
+    if found is None:
+        return "props.experiment", f"no running experiment {experiment!r}"
+    assigned = variant_of(experiment, unit, *found)
+    if variant != assigned:
+        return "props.variant", f"unit {unit!r} is assigned {assigned!r}, not {variant!r}"
+    return None
+
+
+def flag_exposure_claim_problem(
+    props: Mapping[str, Any] | None, flags: FlagVariations
+) -> tuple[str, str] | None:
+    """Why a ``$flag_exposure`` cannot be recorded: it must name a live flag (``props.flag``) and
+    one of its variation indexes (``props.variation``). None when it holds."""
+    props = props or {}
+    flag, variation = props.get("flag"), props.get("variation")
+    if not isinstance(flag, str):
+        return "props.flag", "a flag exposure names the flag's key"
+    if not isinstance(variation, int) or isinstance(variation, bool):
+        return "props.variation", "a flag exposure names the variation index served"
+    indexes = flags(flag)
+    if indexes is None:
+        return "props.flag", f"no flag {flag!r}"
+    if variation not in indexes:
+        return "props.variation", f"flag {flag!r} has variations {sorted(indexes)}"
+    return None

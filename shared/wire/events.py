@@ -16,9 +16,22 @@ from typing import Any, Literal
 
 import msgspec
 
+from shared.wire import body
 from shared.wire.currencies import ISO_4217
 
 MAX_BATCH = 1000
+MAX_VALUE = 2**53 - 1
+"""Largest ``|value|`` in minor units (about 90 trillion euros): exact as a double, and a sum of
+any number of them cannot overflow the types results are computed in."""
+RESERVED_PREFIX = "$"
+"""Event names starting with ``$`` are the system's own (``$exposure``, ``$flag_exposure``)."""
+EXPERIMENT_EXPOSURE = "$exposure"
+FLAG_EXPOSURE = "$flag_exposure"
+EXPOSURE_EVENTS = frozenset({EXPERIMENT_EXPOSURE, FLAG_EXPOSURE})
+BROWSER_ID_PREFIX = "browser:"
+"""Event ids sent with a public key are stored under this prefix, apart from every id a server,
+management key or relay sends, so a page can never shadow (de-duplicate away) a backend's event;
+the prefix is reserved: other senders may not use it."""
 MAX_PROPS_BYTES = 16 * 1024
 MAX_TEXT = 200
 MAX_URL = 2048
@@ -80,8 +93,10 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
                 "value is an integer amount in minor units (cents): send 4999 for 49.99" + example,
             )
         )
-    elif value is not None and abs(value) >= 2**63:
-        problems.append((f"{prefix}value", "out of range"))
+    elif value is not None and abs(value) > MAX_VALUE:
+        problems.append(
+            (f"{prefix}value", f"at most {MAX_VALUE} in absolute value (an amount in minor units)")
+        )
     if item.currency is not None and item.currency not in ISO_4217:
         problems.append((f"{prefix}currency", "an ISO 4217 code in capitals, e.g. EUR or USD"))
     if item.props is not None:
@@ -90,6 +105,8 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
             problems.append((f"{prefix}props", "at most 16 KiB of JSON"))
         elif _ENCODED_NUL.search(encoded):
             problems.append((f"{prefix}props", _NUL))
+        elif body.encoded_depth_exceeds(encoded, item.props):
+            problems.append((f"{prefix}props", f"nested at most {body.MAX_DEPTH} levels deep"))
     if item.url is not None:
         if len(item.url) > MAX_URL:
             problems.append((f"{prefix}url", f"at most {MAX_URL} characters"))
@@ -101,6 +118,38 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
         )
     if item.event_id is not None:
         _text(problems, f"{prefix}eventId", item.event_id)
+    return problems
+
+
+def sender_problems(item: EventIn, sender: Source, prefix: str = "") -> list[Problem]:
+    """What ``sender`` may not send: a ``$`` name from a page, or a system event name other than
+    the exposures; an event id in the browsers' namespace from anyone else; ``source`` from anyone
+    but a relay (which says where each forwarded event came from)."""
+    problems: list[Problem] = []
+    if item.event.startswith(RESERVED_PREFIX) and (
+        sender == "browser" or item.event not in EXPOSURE_EVENTS
+    ):
+        problems.append(
+            (
+                f"{prefix}event",
+                f"names starting with {RESERVED_PREFIX!r} are reserved for events Vane records "
+                "itself"
+                + ("" if sender == "browser" else f": {', '.join(sorted(EXPOSURE_EVENTS))}"),
+            )
+        )
+    if (
+        sender != "browser"
+        and item.event_id is not None
+        and item.event_id.startswith(BROWSER_ID_PREFIX)
+    ):
+        problems.append(
+            (
+                f"{prefix}eventId",
+                f"ids starting with {BROWSER_ID_PREFIX!r} are reserved for browsers",
+            )
+        )
+    if sender != "relay" and item.source is not None:
+        problems.append((f"{prefix}source", "only relays say where an event came from"))
     return problems
 
 
@@ -149,14 +198,28 @@ class _LooseBatch(msgspec.Struct, forbid_unknown_fields=True):
     events: list[Any]
 
 
-def decode_batch(body: bytes, now_ms: int) -> tuple[list[EventIn], list[Problem]]:
-    """``{"events": [...]}`` decoded in one typed pass; only if that fails is each item examined
-    on its own, so that every bad item is named. ``msgspec.DecodeError`` for malformed JSON."""
+_loose_decoder: msgspec.json.Decoder[_LooseBatch] = msgspec.json.Decoder(_LooseBatch, strict=True)
+_event_decoder: msgspec.json.Decoder[EventIn] = msgspec.json.Decoder(EventIn, strict=True)
+
+
+def decode_one(raw: bytes, now_ms: int) -> tuple[EventIn | None, list[Problem]]:
+    """One event object, checked. ``body.MalformedBody`` for a body that is not JSON."""
     try:
-        items = _batch_decoder.decode(body).events
+        item = body.decode(raw, _event_decoder)
+    except msgspec.ValidationError as exc:
+        return None, [convert_problem("", exc)]
+    return item, check_event(item, now_ms)
+
+
+def decode_batch(raw: bytes, now_ms: int) -> tuple[list[EventIn], list[Problem]]:
+    """``{"events": [...]}`` decoded in one typed pass; only if that fails is each item examined
+    on its own, so that every bad item is named. ``body.MalformedBody`` for a body that is not
+    JSON."""
+    try:
+        items = body.decode(raw, _batch_decoder).events
     except msgspec.ValidationError:
         try:
-            loose = msgspec.json.decode(body, type=_LooseBatch, strict=True)
+            loose = body.decode(raw, _loose_decoder)
         except msgspec.ValidationError as exc:
             return [], [convert_problem("", exc)]
         return parse_batch(loose.events, now_ms)

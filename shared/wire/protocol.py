@@ -26,9 +26,10 @@ from shared.wire.snapshot import (
 
 class AccessKey(WireStruct, frozen=True):
     id: str
-    kind: str  # "public" | "server"
+    kind: str  # "public" | "server" | "management" | "relay"
     hash: str  # sha256 hex of the full token
     origins: tuple[str, ...] = ()
+    environment: str | None = None  # a server key bound to this environment evaluates its flags
 
 
 class Access(WireStruct, frozen=True):

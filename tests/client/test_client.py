@@ -86,6 +86,7 @@ def test_base_url_may_already_end_with_the_api_prefix(store: EventStore) -> None
     [
         ({"value": 49.99}, ValueError, "send minor units: 4999 for 49.99"),
         ({"value": True}, TypeError, "value must be an int"),
+        ({"value": 2**53}, ValueError, "at most"),
         ({"value": "4999"}, TypeError, "value must be an int"),
         ({"ts": 1.5}, TypeError, "epoch milliseconds"),
         ({"currency": "eur"}, ValueError, "ISO 4217"),

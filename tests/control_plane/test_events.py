@@ -30,7 +30,7 @@ def test_track_one_event_with_defaults(api: Api) -> None:
     before = int(time.time() * 1000)
     response = api.post("/track", {"unit": "visitor-1", "event": "signup"}, key=api.keys["server"])
     assert response.status_code == 200, response.text
-    assert response.json() == {"accepted": 1, "duplicates": 0}
+    assert response.json() == {"accepted": 1, "duplicates": 0, "conflicts": 0}
     [event] = stored(api)
     assert (event["unit"], event["event"], event["source"]) == ("visitor-1", "signup", "server")
     assert before <= event["ts"] <= int(time.time() * 1000)
@@ -41,10 +41,11 @@ def test_track_one_event_with_defaults(api: Api) -> None:
 def test_events_without_event_id_are_each_stored(api: Api) -> None:
     same = {"unit": "u", "event": "view", "ts": 1_750_000_000_000}
     response = api.post("/events", {"events": [same, same]}, key=api.keys["server"])
-    assert response.json() == {"accepted": 2, "duplicates": 0}
+    assert response.json() == {"accepted": 2, "duplicates": 0, "conflicts": 0}
     assert api.post("/track", same, key=api.keys["server"]).json() == {
         "accepted": 1,
         "duplicates": 0,
+        "conflicts": 0,
     }
     assert len({e["eventId"] for e in stored(api)}) == 3
 
@@ -67,19 +68,20 @@ def test_batch_duplicates_within_across_and_between_paths(api: Api) -> None:
     server = api.keys["server"]
     batch = [ev(1), ev(2), ev(1), ev(3)]
     first = api.post("/events", {"events": batch}, key=server)
-    assert first.json() == {"accepted": 3, "duplicates": 1}
+    assert first.json() == {"accepted": 3, "duplicates": 1, "conflicts": 0}
     again = api.post("/events", {"events": batch}, key=server)
-    assert again.json() == {"accepted": 0, "duplicates": 4}
+    assert again.json() == {"accepted": 0, "duplicates": 4, "conflicts": 0}
     via_track = api.post("/track", ev(2), key=api.keys["management"])
-    assert via_track.json() == {"accepted": 0, "duplicates": 1}
+    assert via_track.json() == {"accepted": 0, "duplicates": 1, "conflicts": 0}
     new = api.post("/events", {"events": [ev(4), ev(3)]}, key=api.keys["relay"])
-    assert new.json() == {"accepted": 1, "duplicates": 1}
+    assert new.json() == {"accepted": 1, "duplicates": 1, "conflicts": 0}
     events = stored(api)
     assert sorted(e["eventId"] for e in events) == ["order-1", "order-2", "order-3", "order-4"]
     without_ids = [{"unit": "u", "event": "view"}] * 3
     assert api.post("/events", {"events": without_ids}, key=server).json() == {
         "accepted": 3,
         "duplicates": 0,
+        "conflicts": 0,
     }
 
 
@@ -95,7 +97,8 @@ def test_sources_follow_the_key_and_relays_may_say_browser(api: Api) -> None:
         "/events", {"events": [{"unit": "a", "event": "e", "eventId": "4"}]}, key=api.keys["relay"]
     )
     by_id = {e["eventId"]: e["source"] for e in stored(api)}
-    assert by_id == {"1": "server", "2": "management", "3": "browser", "4": "relay"}
+    # a browser's id lives in its own namespace (it can never shadow a server's "3")
+    assert by_id == {"1": "server", "2": "management", "browser:3": "browser", "4": "relay"}
     refused = api.post(
         "/track", {"unit": "a", "event": "e", "source": "browser"}, key=api.keys["server"]
     )
@@ -108,7 +111,7 @@ def test_sources_follow_the_key_and_relays_may_say_browser(api: Api) -> None:
     )
     assert refused.status_code == 422
     assert refused.json()["error"]["details"][0]["field"] == "events[1].source"
-    assert {e["eventId"] for e in stored(api)} == {"1", "2", "3", "4"}
+    assert {e["eventId"] for e in stored(api)} == {"1", "2", "browser:3", "4"}
 
 
 @pytest.mark.parametrize(
@@ -130,6 +133,19 @@ def test_sources_follow_the_key_and_relays_may_say_browser(api: Api) -> None:
         ({"unit": "u", "event": "e", "props": {"k": "a\u0000"}}, "props", "NUL"),
         ({"unit": "u", "event": "e", "url": "https://x/\u0000"}, "url", "NUL"),
         ({"unit": "u", "event": "e", "colour": "red"}, "colour", "unknown field"),
+        ({"unit": "u", "event": "e", "value": 2**53}, "value", "at most"),
+        ({"unit": "u", "event": "e", "value": -(2**63)}, "value", "at most"),
+        ({"unit": "u", "event": "$signup"}, "event", "reserved"),
+        ({"unit": "u", "event": "e", "eventId": "browser:order-1"}, "eventId", "reserved"),
+        (
+            {
+                "unit": "u",
+                "event": "e",
+                "props": {"a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+            },
+            "props",
+            "nested",
+        ),
     ],
 )
 def test_invalid_event_names_the_item_and_field_and_stores_nothing(

@@ -22,6 +22,7 @@ def test_first_start_issues_one_key_of_each_kind(api: Api) -> None:
     [
         ({"kind": "management", "name": "ci"}, "vsk_live_"),
         ({"kind": "server"}, "ssk_live_"),
+        ({"kind": "server", "environment": "production"}, "ssk_live_"),
         ({"kind": "relay", "environment": "staging"}, "rsk_live_"),
         (
             {"kind": "public", "environment": "production", "origins": ["https://shop.example"]},
@@ -65,7 +66,8 @@ def test_revoking_an_unknown_key_is_404(api: Api) -> None:
     [
         ({"kind": "public"}, "environment"),
         ({"kind": "public", "environment": "nope"}, "environment"),
-        ({"kind": "server", "environment": "production"}, "environment"),
+        ({"kind": "management", "environment": "production"}, "environment"),
+        ({"kind": "server", "environment": "nope"}, "environment"),
         ({"kind": "server", "origins": ["https://a.example"]}, "origins"),
         (
             {"kind": "public", "environment": "production", "origins": ["not an origin"]},

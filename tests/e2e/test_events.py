@@ -85,7 +85,7 @@ def test_relay_intake_paths_land_in_the_one_store(tmp_path: Path) -> None:
         eventually(arrived, what="relay forwarded the events")
         events = {e["event"]: e for e in cp.api("GET", "/events").json()["events"]}
         assert events["cta_click"]["source"] == "browser"
-        assert events["cta_click"]["eventId"].startswith("rly-")
+        assert events["cta_click"]["eventId"].startswith("browser:rly-")  # the browsers' namespace
         assert events["purchase"]["source"] == "server"
         assert events["purchase"]["value"] == 4999
         assert events["signup"]["source"] == "server"

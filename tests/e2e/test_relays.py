@@ -65,9 +65,11 @@ def start_control_plane(
     port: int | None = None,
     redis_url: str | None = None,
     keys: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> ControlPlane:
     port = port or free_port()
     env = {"VANE_DATABASE_URL": database_url, "VANE_HEARTBEAT_S": "1", "VANE_RECONCILE_S": "1"}
+    env.update(extra_env or {})
     if redis_url:
         env["VANE_REDIS_URL"] = redis_url
     process = Process([*VANE, "control-plane", "--port", str(port)], env=env, cwd=cwd)

@@ -323,9 +323,11 @@ def test_exposures_arrive_as_events_from_relays_once(api: Api) -> None:
     assert api.post("/events", {"events": [exposure, exposure]}, key=relay).json() == {
         "accepted": 1,
         "duplicates": 1,
+        "conflicts": 0,
     }
     unknown = {**exposure, "props": {"experiment": exp["key"], "variant": "nope"}, "eventId": "x"}
-    api.post("/events", {"events": [unknown]}, key=relay)
+    left_out = api.post("/events", {"events": [unknown]}, key=relay)  # never stored, never stalls
+    assert left_out.json() == {"accepted": 0, "duplicates": 0, "conflicts": 0}
     assert api.get(f"/experiments/{exp['key']}").json()["exposed"] == 1
 
 

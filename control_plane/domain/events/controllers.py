@@ -11,10 +11,13 @@ from control_plane.auth import KeyKind, Principal, requires
 from control_plane.deps import Ctx
 from control_plane.domain.events import schemas as s
 from control_plane.domain.events import services
-from control_plane.errors import ApiError, FieldError, StrictBody, invalid_many
-from shared.wire import events
+from control_plane.errors import FieldError, StrictBody, invalid_many, malformed
+from shared.wire import body, events
 
 INGEST = [requires(KeyKind.SERVER, KeyKind.MANAGEMENT, KeyKind.RELAY)]
+Millis = Annotated[
+    int | None, QueryParameter(ge=0, le=events.MAX_VALUE, description="epoch milliseconds")
+]
 
 
 class BatchBody(StrictBody[s.EventBatchIn]):
@@ -22,14 +25,10 @@ class BatchBody(StrictBody[s.EventBatchIn]):
     batch (422, each bad item's index and field) if any is invalid."""
 
     def decode_bytes(self, value: bytes) -> Any:
-        import msgspec
-
         try:
             items, problems = events.decode_batch(value, services.now_ms())
-        except msgspec.DecodeError as exc:
-            raise ApiError(
-                400, f"request body is not valid JSON: {exc}", code="malformed_json"
-            ) from exc
+        except body.MalformedBody as exc:
+            raise malformed(exc) from exc
         if problems:
             raise invalid_many([FieldError(field, message) for field, message in problems])
         return s.EventBatchIn(events=items)
@@ -51,7 +50,8 @@ class EventController(Controller):
         self, ctx: Ctx, request: Request[Principal, Any, Any], data: JSONBody[s.EventIn]
     ) -> s.Ack:
         now = services.now_ms()
-        return await services.ingest(ctx, request.user.kind, [services.parse_one(data, now)], now)
+        item = services.parse_one(data, now)
+        return await services.ingest(ctx, request.user.kind, [item], now, batch=False)
 
     @post(
         "/events",
@@ -73,8 +73,8 @@ class EventController(Controller):
         ctx: Ctx,
         event: FromQuery[str | None] = None,
         unit: FromQuery[str | None] = None,
-        since: FromQuery[int | None] = None,
-        until: FromQuery[int | None] = None,
+        since: Millis = None,
+        until: Millis = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
         cursor: FromQuery[str | None] = None,
     ) -> s.EventPage:
@@ -83,7 +83,5 @@ class EventController(Controller):
         )
 
     @get("/events/stats", guards=[requires(KeyKind.MANAGEMENT)], summary="Counts per event name")
-    async def stats(
-        self, ctx: Ctx, since: FromQuery[int | None] = None, until: FromQuery[int | None] = None
-    ) -> s.EventStats:
+    async def stats(self, ctx: Ctx, since: Millis = None, until: Millis = None) -> s.EventStats:
         return await services.stats(ctx, since=since, until=until)

@@ -15,8 +15,9 @@ class EventBatchIn(ApiIn):
 
 
 class Ack(ApiOut):
-    accepted: int
-    duplicates: int
+    accepted: int  # stored now
+    duplicates: int  # ids stored before (or earlier in the batch): counted once, never again
+    conflicts: int = 0  # those duplicates whose payload differs from the one stored
 
 
 class EventOut(ApiOut):

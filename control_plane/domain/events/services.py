@@ -8,23 +8,29 @@ twice; whatever the database skipped is reported as a duplicate.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
+import msgspec
 from sqlalchemy import func, select, text
 
 from control_plane.auth import KeyKind
 from control_plane.db.models import Event
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
-from control_plane.domain.events.store import insert_events
-from control_plane.domain.experiments.exposures import EXPERIMENT_EXPOSURE, FLAG_EXPOSURE
-from control_plane.domain.experiments.exposures import from_events as record_exposures
-from control_plane.errors import ApiError, FieldError, invalid_many
+from control_plane.domain.events.store import count_conflicts, insert_events
+from control_plane.domain.experiments import exposures
+from control_plane.errors import FieldError, invalid, invalid_many
 from shared.wire import events
 
-EXPOSURE_EVENTS = frozenset({EXPERIMENT_EXPOSURE, FLAG_EXPOSURE})
-_SOURCES = {KeyKind.SERVER: "server", KeyKind.MANAGEMENT: "management", KeyKind.RELAY: "relay"}
+logger = logging.getLogger("vane.events")
+
+_SENDERS: dict[KeyKind, events.Source] = {
+    KeyKind.SERVER: "server",
+    KeyKind.MANAGEMENT: "management",
+    KeyKind.RELAY: "relay",
+}
 
 
 def now_ms() -> int:
@@ -41,34 +47,72 @@ def parse_one(item: s.EventIn, now: int) -> s.EventIn:
     return item
 
 
-def _source(kind: KeyKind, items: Sequence[s.EventIn]) -> str:
-    """Where the items came from: the key's kind, unless a relay names each item's own."""
-    if kind is not KeyKind.RELAY:
-        for index, item in enumerate(items):
-            if item.source is not None:
-                field = "source" if len(items) == 1 else f"events[{index}].source"
-                raise invalid_many([FieldError(field, "only relays say where an event came from")])
-    return _SOURCES.get(kind, "server")
+async def ingest(
+    scope: Scope, kind: KeyKind, items: Sequence[s.EventIn], now: int, *, batch: bool = True
+) -> s.Ack:
+    """Store checked ``items`` sent with a key of ``kind``, once each.
 
-
-async def ingest(scope: Scope, kind: KeyKind, items: Sequence[s.EventIn], now: int) -> s.Ack:
+    Trust follows the sender. A server or management key may not use a ``$`` name other than the
+    exposures, nor the browsers' id namespace, and its exposures must name a running experiment
+    and the unit's own variant (else 422, nothing stored). A relay forwards what it already
+    refused or checked: browser events (ids moved into their namespace), server events, and the
+    exposures it established itself (trusted, at the relay's clock). Forwarded items that no
+    longer pass (an experiment stopped in between) are left out rather than refused, so that a
+    relay's spool never stalls on them.
+    """
     if not items:
         return s.Ack(accepted=0, duplicates=0)
+
+    def _field(index: int) -> str:
+        return f"events[{index}]." if batch else ""
+
+    sender = _SENDERS.get(kind, "server")
+    forwarded = kind is KeyKind.RELAY
+    if not forwarded:
+        _refuse(
+            [
+                problem
+                for index, item in enumerate(items)
+                for problem in events.sender_problems(item, sender, _field(index))
+            ]
+        )
+    checks = await exposures.Claims.load(scope.session, scope.project_id, items)
+    kept: list[s.EventIn] = []
+    problems: list[events.Problem] = []
+    found: list[exposures.FirstExposure] = []
+    for index, item in enumerate(items):
+        source = (item.source or "relay") if forwarded else sender
+        if source == "browser":
+            if item.event.startswith(events.RESERVED_PREFIX):
+                continue
+            item = msgspec.structs.replace(item, event_id=browser_id(item.event_id))
+        elif item.event in events.EXPOSURE_EVENTS:
+            exposure, problem = checks.check(item, now, trusted=source == "relay")
+            if problem is not None:
+                if forwarded:
+                    logger.info("forwarded exposure left out: %s", problem[1])
+                    continue
+                problems.append((_field(index) + problem[0], problem[1]))
+                continue
+            if exposure is not None:
+                found.append(exposure)
+        kept.append(item)
+    _refuse(problems)
+    if not kept:
+        return s.Ack(accepted=0, duplicates=0)
     inserted = await insert_events(
-        scope.session,
-        items,
-        project_id=scope.project_id,
-        received_at=now,
-        source=_source(kind, items),
+        scope.session, kept, project_id=scope.project_id, received_at=now, source=sender
     )
-    exposures = [
-        {"event": i.event, "unit": i.unit, "ts": now if i.ts is None else i.ts, "props": i.props}
-        for i in items
-        if i.event in EXPOSURE_EVENTS
-    ]
-    if exposures:
-        await record_exposures(scope.session, scope.project_id, exposures)
-    return s.Ack(accepted=inserted, duplicates=len(items) - inserted)
+    if found:
+        await exposures.record(scope.session, scope.project_id, found)
+    duplicates = len(kept) - inserted
+    conflicts = await count_conflicts(scope.session, scope.project_id, kept) if duplicates else 0
+    return s.Ack(accepted=inserted, duplicates=duplicates, conflicts=conflicts)
+
+
+def browser_id(event_id: str | None) -> str | None:
+    """A page's event id, moved into the browsers' namespace (see ``events.BROWSER_ID_PREFIX``)."""
+    return None if event_id is None else events.BROWSER_ID_PREFIX + event_id
 
 
 def _event_out(row: Event) -> s.EventOut:
@@ -121,12 +165,8 @@ async def list_events(
         query = query.where(Event.ts < until)
     if cursor:
         cursor_ts, _, cursor_id = cursor.partition(":")
-        if not cursor_ts.isdigit() or not cursor_id:
-            raise ApiError(
-                422,
-                "cursor: not a cursor from a previous page",
-                details=[FieldError("cursor", "not a cursor from a previous page")],
-            )
+        if not cursor_ts.isdigit() or int(cursor_ts) > events.MAX_VALUE or not cursor_id:
+            raise invalid("cursor", "not a cursor from a previous page")
         query = query.where(
             (Event.ts < int(cursor_ts))
             | ((Event.ts == int(cursor_ts)) & (Event.event_id < cursor_id))

@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from control_plane.db.models import Event
 from shared.wire.events import EventIds, EventIn
 
 COLUMNS = (
@@ -119,3 +121,41 @@ async def insert_events(
         return int(cursor.rowcount)
     finally:
         await cursor.close()
+
+
+async def count_conflicts(session: AsyncSession, project_id: str, items: Sequence[EventIn]) -> int:
+    """How many of ``items`` repeat a stored ``eventId`` with a different payload (unit, event,
+    value, currency, props, url, and ``ts`` where the sender gave one). Called only when the
+    insert reported duplicates; the first copy stays stored either way."""
+    ids = {item.event_id for item in items if item.event_id is not None}
+    if not ids:
+        return 0
+    rows = await session.execute(
+        select(
+            Event.event_id,
+            Event.unit,
+            Event.event,
+            Event.value,
+            Event.currency,
+            Event.props,
+            Event.url,
+            Event.ts,
+        ).where(Event.project_id == project_id, Event.event_id.in_(ids))
+    )
+    stored = {row.event_id: row for row in rows}
+    conflicts = 0
+    for item in items:
+        row = stored.get(item.event_id) if item.event_id is not None else None
+        if row is None:
+            continue
+        value = None if item.value is None else int(item.value)
+        same = (row.unit, row.event, row.value, row.currency, row.props, row.url) == (
+            item.unit,
+            item.event,
+            value,
+            item.currency,
+            item.props,
+            item.url,
+        ) and (item.ts is None or item.ts == row.ts)
+        conflicts += not same
+    return conflicts

@@ -1,15 +1,17 @@
-"""Experiment endpoints of the interface (management key)."""
+"""Experiment endpoints of the interface (management key; assignment also a bound server key)."""
 
 from __future__ import annotations
 
-from litestar import Controller, get, post, put
+from typing import Any
+
+from litestar import Controller, Request, get, post, put
 from litestar.params import FromPath, JSONBody
 
-from control_plane.auth import KeyKind, requires
+from control_plane.auth import ALSO_KEYS, KeyKind, Principal, requires
 from control_plane.deps import Ctx
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments import services
-from control_plane.errors import StrictBody
+from control_plane.errors import ApiError, StrictBody
 
 
 class ExperimentController(Controller):
@@ -53,10 +55,22 @@ class ExperimentController(Controller):
         return_dto=None,
         status_code=200,
         summary="Assign a unit to a variant (records its first exposure)",
+        description="Management key, or a server key bound to an environment (a backend).",
+        opt={ALSO_KEYS: [KeyKind.SERVER]},
     )
     async def assign(
-        self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.AssignIn]
+        self,
+        ctx: Ctx,
+        request: Request[Principal, Any, Any],
+        key: FromPath[str],
+        data: JSONBody[s.AssignIn],
     ) -> s.Assignment:
+        if request.user.kind is KeyKind.SERVER and request.user.environment_id is None:
+            raise ApiError(
+                403,
+                "this server key is not bound to an environment; issue one with "
+                "'vane keys create --kind server --env <environment>' to assign experiments",
+            )
         return await services.assign(ctx, key, data)
 
     @put(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+import msgspec
 from msgspec import UNSET, UnsetType
 
 from control_plane.domain.schemas import ApiIn, ApiOut
@@ -46,8 +47,10 @@ class AssignIn(ApiIn):
 
 
 class MetricsIn(ApiIn):
-    primary: str | None = None
-    guardrails: list[str] = []
+    """Fields left out keep their setting; ``primary: null`` clears the primary metric."""
+
+    primary: str | msgspec.UnsetType | None = msgspec.UNSET
+    guardrails: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class Variant(ApiOut):

@@ -16,7 +16,7 @@ from control_plane.domain.experiments import exposures
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.domain.metrics.services import slugify, unique_key
-from control_plane.errors import ApiError, conflict, not_found
+from control_plane.errors import conflict, invalid, not_found
 from shared.engine.experiments import choose_variant, thresholds, url_matches
 from shared.wire.snapshot import WEIGHT_SCALE
 
@@ -221,7 +221,7 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
 async def set_status(scope: Scope, id_or_key: str, body: s.StatusIn) -> s.Experiment:
     row = await find(scope, id_or_key)
     if body.status is msgspec.UNSET:
-        raise ApiError(422, "status: required: draft, running or stopped", details=[])
+        raise invalid("status", "required: draft, running or stopped")
     target = body.status
     if target == row.status:
         return await experiment_out(scope, row)
@@ -255,7 +255,7 @@ def bounds_of(row: Experiment) -> tuple[int, ...]:
 async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
     row = await find(scope, key)
     if not body.unit.strip() or len(body.unit) > 200:
-        raise ApiError(422, "unit: 1 to 200 characters", details=[])
+        raise invalid("unit", "1 to 200 characters")
     control = next(x for x in row.variants if x["key"] == CONTROL)
     if row.status != "running":
         return s.Assignment(
@@ -296,14 +296,20 @@ async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.Metr
     from control_plane.domain.metrics.services import find as find_metric
 
     row = await find(scope, id_or_key)
+    if body.primary is msgspec.UNSET and body.guardrails is msgspec.UNSET:
+        raise invalid("primary", "send primary and/or guardrails (null clears the primary)")
     problems = v.Problems()
     primary = None
-    if body.primary is not None:
+    if body.primary is msgspec.UNSET:
+        if row.primary_metric_id is not None:
+            primary = await scope.session.get(Metric, row.primary_metric_id)
+    elif body.primary is not None:
         primary = await find_metric(scope, body.primary)
         if primary is None:
             problems.add("primary", f"unknown metric {body.primary!r}")
+    refs = row.guardrail_metric_ids if body.guardrails is msgspec.UNSET else body.guardrails
     guardrails: list[Metric] = []
-    for i, ref in enumerate(body.guardrails):
+    for i, ref in enumerate(refs):
         metric = await find_metric(scope, ref)
         if metric is None:
             problems.add(f"guardrails[{i}]", f"unknown metric {ref!r}")

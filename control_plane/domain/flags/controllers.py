@@ -9,6 +9,9 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx
+from control_plane.domain.audit import services as audit_trail
+from control_plane.domain.audit.schemas import AuditList
+from control_plane.domain.audit.services import AuditFilter
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services
 from control_plane.errors import StrictBody
@@ -51,9 +54,10 @@ class FlagController(Controller):
         key: FromPath[str],
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
         cursor: FromQuery[str | None] = None,
-    ) -> s.AuditList:
+    ) -> AuditList:
         await services.get_flag(ctx, key)  # 404 for an unknown flag
-        return await services.audit_of(ctx, "flag", key, limit=limit, cursor=cursor)
+        where = AuditFilter(resource_type="flag", resource_key=key)
+        return await audit_trail.entries(ctx, where, limit=limit, cursor=cursor)
 
     @put(
         "/{key:str}/metrics",

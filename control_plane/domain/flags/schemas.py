@@ -238,21 +238,3 @@ class Preview(ApiOut):
     openfeature_reason: str
     error_code: str | None
     snapshot_version: int
-
-
-class AuditEntry(ApiOut):
-    id: str
-    at: datetime
-    actor: str
-    actor_key_id: str | None
-    action: str
-    resource_type: str
-    resource_key: str
-    environment: str | None
-    before: Any
-    after: Any
-
-
-class AuditList(ApiOut):
-    entries: list[AuditEntry]
-    next_cursor: str | None

@@ -13,7 +13,6 @@ from sqlalchemy.exc import IntegrityError
 
 from control_plane.db.ids import new_id
 from control_plane.db.models import (
-    AuditEntry,
     Environment,
     Flag,
     FlagMetric,
@@ -234,44 +233,6 @@ async def preview(scope: Scope, key: str, env_key: str, context: dict[str, Any])
     )
 
 
-async def audit_of(
-    scope: Scope, resource_type: str, key: str, *, limit: int, cursor: str | None
-) -> s.AuditList:
-    query = (
-        select(AuditEntry)
-        .where(
-            AuditEntry.project_id == scope.project_id,
-            AuditEntry.resource_type == resource_type,
-            AuditEntry.resource_key == key,
-        )
-        .order_by(AuditEntry.id.desc())
-        .limit(limit + 1)
-    )
-    if cursor:
-        query = query.where(AuditEntry.id < cursor)
-    rows = list(await scope.session.scalars(query))
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return s.AuditList(
-        entries=[
-            s.AuditEntry(
-                id=r.id,
-                at=r.at,
-                actor=r.actor,
-                actor_key_id=r.actor_key_id,
-                action=r.action,
-                resource_type=r.resource_type,
-                resource_key=r.resource_key,
-                environment=r.environment,
-                before=r.before,
-                after=r.after,
-            )
-            for r in rows
-        ],
-        next_cursor=rows[-1].id if more and rows else None,
-    )
-
-
 # --- writes ----------------------------------------------------------------------------------------
 
 
@@ -343,6 +304,7 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
     if body.tags is not msgspec.UNSET:
         v.check_tags(problems, "tags", body.tags)
     problems.raise_if_any()
+    unchanged = (flag.name, flag.description, list(flag.tags), flag.temporary, flag.client_side)
     if body.name is not msgspec.UNSET:
         flag.name = body.name
     if body.description is not msgspec.UNSET:
@@ -354,6 +316,14 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
     if body.client_side is not msgspec.UNSET and body.client_side != flag.client_side:
         flag.client_side = body.client_side
         await _touch_all_settings(scope, flag)  # who may see the flag changed: republish
+    if (
+        flag.name,
+        flag.description,
+        list(flag.tags),
+        flag.temporary,
+        flag.client_side,
+    ) == unchanged:
+        return before  # nothing to change: no new version, no audit entry
     flag.version += 1
     flag.updated_at = utcnow()
     await scope.session.flush()

@@ -13,8 +13,11 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from control_plane.domain.flags import schemas as s
 from control_plane.errors import FieldError, invalid_many
+from shared.wire import body
 from shared.wire import snapshot as w
 
 KEY_PATTERN = re.compile(r"^[a-z0-9_.\-]{1,128}$")
@@ -64,6 +67,8 @@ class Problems:
 def check_key(problems: Problems, field: str, key: str) -> None:
     if not KEY_PATTERN.match(key):
         problems.add(field, KEY_RULE)
+    elif key in {".", ".."}:
+        problems.add(field, "'.' and '..' cannot be addressed in a URL path")
 
 
 def check_name(problems: Problems, field: str, name: str) -> None:
@@ -114,6 +119,7 @@ def variations(
         problems.add("variations", "give idx on every variation or on none")
     out: list[w.Variation] = []
     seen: set[int] = set()
+    values: dict[Any, int] = {}  # each value once: a variation is told apart by its value
     for position, item in enumerate(given):
         field = f"variations[{position}]"
         idx = position if item.idx is None else item.idx
@@ -126,6 +132,12 @@ def variations(
             problems.add(
                 f"{field}.value", f"must be {_TYPE_WORDS[flag_type]} for a {flag_type} flag"
             )
+        elif body.depth_exceeds(item.value):
+            problems.add(f"{field}.value", f"nested at most {body.MAX_DEPTH} levels deep")
+        else:
+            same = values.setdefault(_value_identity(flag_type, item.value), position)
+            if same != position:
+                problems.add(f"{field}.value", f"the same value as variations[{same}]")
         name = item.name if item.name is not None else _default_name(flag_type, item.value, idx)
         if len(name) > MAX_NAME:
             problems.add(f"{field}.name", f"must be at most {MAX_NAME} characters")
@@ -133,6 +145,15 @@ def variations(
     if flag_type == "boolean" and len(given) == 2 and {v.value for v in out} != {True, False}:
         problems.add("variations", "a boolean flag's variations are true and false")
     return out
+
+
+def _value_identity(flag_type: str, value: Any) -> Any:
+    """What makes two variation values the same: 1 and 1.0 for numbers, equal JSON documents."""
+    if flag_type == "number":
+        return float(value)
+    if flag_type == "json":
+        return msgspec.json.encode(value, order="sorted")
+    return value
 
 
 def _default_name(flag_type: str, value: Any, idx: int) -> str:

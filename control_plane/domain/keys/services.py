@@ -42,8 +42,8 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
         )
         if env is None:
             problems.add("environment", f"unknown environment {body.environment!r}")
-        elif kind in {KeyKind.MANAGEMENT, KeyKind.SERVER}:
-            problems.add("environment", f"a {kind.value} key is not bound to an environment")
+        elif kind is KeyKind.MANAGEMENT:
+            problems.add("environment", "a management key is not bound to an environment")
     elif kind is KeyKind.PUBLIC:
         problems.add("environment", "a public key is bound to one environment: name it")
     if body.origins and kind is not KeyKind.PUBLIC:
@@ -74,10 +74,10 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
 
 
 async def _access_changed(scope: Scope, row: ApiKey) -> None:
-    """Relays check public and server keys themselves: republish who may call them."""
-    if row.kind == KeyKind.PUBLIC.value and row.environment_id:
+    """Relays check keys themselves (see ``Hub._access``): republish who may call them."""
+    if row.environment_id and row.kind in {KeyKind.PUBLIC.value, KeyKind.SERVER.value}:
         await scope.changed([row.environment_id])
-    elif row.kind == KeyKind.SERVER.value:
+    else:
         await scope.changed(env.id for env in await scope.environments())
 
 

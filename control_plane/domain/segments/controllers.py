@@ -7,8 +7,9 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx
-from control_plane.domain.flags import schemas as flag_schemas
-from control_plane.domain.flags.services import audit_of
+from control_plane.domain.audit import services as audit_trail
+from control_plane.domain.audit.schemas import AuditList
+from control_plane.domain.audit.services import AuditFilter
 from control_plane.domain.segments import schemas as s
 from control_plane.domain.segments import services
 from control_plane.errors import StrictBody
@@ -51,5 +52,6 @@ class SegmentController(Controller):
         key: FromPath[str],
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
         cursor: FromQuery[str | None] = None,
-    ) -> flag_schemas.AuditList:
-        return await audit_of(ctx, "segment", key, limit=limit, cursor=cursor)
+    ) -> AuditList:
+        where = AuditFilter(resource_type="segment", resource_key=key)
+        return await audit_trail.entries(ctx, where, limit=limit, cursor=cursor)

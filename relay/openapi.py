@@ -1,0 +1,305 @@
+"""The relay's OpenAPI document, served at ``GET /openapi.json``.
+
+OFREP's operations come from the protocol's own document (``ofrep-openapi.json``, a JSON copy of
+open-feature/protocol's ``service/openapi.yaml``, Apache-2.0, provenance in its ``x-source``), with
+three changes: 503 while the relay holds no snapshot yet; the reasons of OpenFeature's
+specification (OFREP's own list leaves out ``DEFAULT``, which a fallthrough is); and the value of
+a success as ``anyOf`` its types (as ``oneOf`` no value can pass: see ``document``). Vane's own browser and event
+endpoints are described here, with Vane's error schema. The event stream
+(``/ofrep/v1/events``) is left out: it is a stream, not a request and answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from shared.wire import events
+
+_ERROR_STATUSES = {
+    400: "The body is not JSON (empty, malformed, not UTF-8 or nested too deeply)",
+    401: "No key, or an unknown or revoked one",
+    403: "A key of the wrong kind, or an origin the public key does not allow",
+    413: "The body is larger than 1 MiB",
+    422: "Invalid input: each detail names its field",
+    429: "Rate limited: retry after the Retry-After header's seconds",
+    503: "No snapshot yet, or the event spool is full: retry after Retry-After",
+}
+
+
+OPENFEATURE_REASONS = [
+    "STATIC",
+    "DEFAULT",
+    "TARGETING_MATCH",
+    "SPLIT",
+    "CACHED",
+    "DISABLED",
+    "UNKNOWN",
+    "STALE",
+    "ERROR",
+]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    return {str(s): _json(_ref("VaneError"), _ERROR_STATUSES[s]) for s in statuses}
+
+
+_PUBLIC: list[dict[str, list[str]]] = [{"BearerAuth": []}, {"ApiKeyAuth": []}]
+
+_SCHEMAS: dict[str, Any] = {
+    "VaneError": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message", "details"],
+                "properties": {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "details": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["field", "message"],
+                            "properties": {
+                                "field": {"type": "string"},
+                                "message": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    },
+    "FlagsRequest": {
+        "type": "object",
+        "required": ["context"],
+        "properties": {"context": {"type": "object", "additionalProperties": True}},
+    },
+    "Flags": {
+        "type": "object",
+        "required": ["flags"],
+        "properties": {
+            "flags": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "required": ["value", "variation", "reason"],
+                    "properties": {
+                        "value": {},
+                        "variation": {"type": ["integer", "null"]},
+                        "reason": {"type": "string"},
+                        "variationName": {"type": "string"},
+                        "errorCode": {"type": "string"},
+                    },
+                },
+            }
+        },
+    },
+    "ExperimentsRequest": {
+        "type": "object",
+        "required": ["unit"],
+        "additionalProperties": False,
+        "properties": {
+            "unit": {"type": "string", "minLength": 1, "maxLength": 200},
+            "url": {"type": ["string", "null"]},
+        },
+    },
+    "Experiments": {
+        "type": "object",
+        "required": ["experiments"],
+        "properties": {
+            "experiments": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "type", "variant", "goal", "content"],
+                    "properties": {
+                        "key": {"type": "string"},
+                        "type": {"enum": ["element", "cta"]},
+                        "variant": {"type": "string"},
+                        "goal": {"type": "string"},
+                        "content": {"type": "string"},
+                        "selector": {"type": "string"},
+                        "href": {"type": "string"},
+                        "bg": {"type": "string"},
+                        "color": {"type": "string"},
+                    },
+                },
+            }
+        },
+    },
+    "Assignment": {
+        "type": "object",
+        "required": ["experiment", "variant", "assigned", "reason", "content"],
+        "properties": {
+            "experiment": {"type": "string"},
+            "variant": {"type": "string"},
+            "assigned": {"type": "boolean"},
+            "reason": {"type": "string"},
+            "content": {"type": ["string", "null"]},
+        },
+    },
+    "Event": {
+        "type": "object",
+        "required": ["unit", "event"],
+        "additionalProperties": False,
+        "properties": {
+            "unit": {"type": "string", "minLength": 1, "maxLength": events.MAX_TEXT},
+            "event": {"type": "string", "minLength": 1, "maxLength": events.MAX_TEXT},
+            "value": {
+                "type": "integer",
+                "minimum": -events.MAX_VALUE,
+                "maximum": events.MAX_VALUE,
+                "description": "minor units (cents): 4999 for 49.99",
+            },
+            "currency": {"type": "string", "description": "ISO 4217, e.g. EUR"},
+            "props": {"type": "object", "additionalProperties": True},
+            "url": {"type": "string", "maxLength": events.MAX_URL},
+            "ts": {"type": "integer", "description": "epoch milliseconds"},
+            "eventId": {"type": "string", "minLength": 1, "maxLength": events.MAX_TEXT},
+        },
+    },
+    "EventBatch": {
+        "type": "object",
+        "required": ["events"],
+        "additionalProperties": False,
+        "properties": {
+            "events": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": events.MAX_BATCH,
+                "items": _ref("Event"),
+            }
+        },
+    },
+    "Ack": {
+        "type": "object",
+        "required": ["accepted", "duplicates", "spooled"],
+        "properties": {
+            "accepted": {"type": "integer"},
+            "duplicates": {
+                "type": "integer",
+                "description": "repeats of an eventId in the request",
+            },
+            "spooled": {"type": "boolean"},
+        },
+    },
+}
+
+
+def _post(summary: str, request: str, answer: str, security: Any, *errors: int) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "security": security,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(request)}},
+            },
+            "responses": {"200": _json(_ref(answer), "OK"), **_errors(*errors)},
+        }
+    }
+
+
+_BROWSER_ERRORS = (400, 401, 403, 413, 422, 429, 503)
+_SERVER_ERRORS = (400, 401, 403, 413, 422, 503)
+_SERVER: list[dict[str, list[str]]] = [{"BearerAuth": []}]
+
+
+def _vane_paths() -> dict[str, Any]:
+    paths = {
+        "/sdk/v1/flags": _post(
+            "Every client-side flag's value for a context (public key)",
+            "FlagsRequest",
+            "Flags",
+            _PUBLIC,
+            *_BROWSER_ERRORS,
+        ),
+        "/sdk/v1/experiments": _post(
+            "The element and cta experiments running on a page, with the unit's variant; "
+            "records each first exposure (public key)",
+            "ExperimentsRequest",
+            "Experiments",
+            _PUBLIC,
+            *_BROWSER_ERRORS,
+        ),
+        "/sdk/v1/experiments/{key}/assign": {
+            "post": {
+                **_post(
+                    "One experiment's variant for a unit; records its first exposure (public "
+                    "key, or a server key bound to an environment, never from a page)",
+                    "ExperimentsRequest",
+                    "Assignment",
+                    [*_PUBLIC],
+                    *_BROWSER_ERRORS,
+                )["post"],
+                "parameters": [
+                    {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+            }
+        },
+        "/sdk/v1/events": _post(
+            "Browser events (public key; also ?key= for sendBeacon). Names starting with $ are "
+            "reserved; eventIds live in the browsers' own namespace",
+            "EventBatch",
+            "Ack",
+            _PUBLIC,
+            *_BROWSER_ERRORS,
+        ),
+    }
+    for prefix in ("/api/v1", "/v1"):
+        paths[f"{prefix}/track"] = _post(
+            "One event (server or management key)", "Event", "Ack", _SERVER, *_SERVER_ERRORS
+        )
+        paths[f"{prefix}/events"] = _post(
+            "A batch of up to 1000 events (server or management key)",
+            "EventBatch",
+            "Ack",
+            _SERVER,
+            *_SERVER_ERRORS,
+        )
+    return paths
+
+
+@cache
+def document() -> bytes:
+    """The relay's OpenAPI document, encoded once."""
+    source = resources.files("relay").joinpath("ofrep-openapi.json").read_text()
+    doc: dict[str, Any] = json.loads(source)
+    doc = copy.deepcopy(doc)
+    doc["info"] = {
+        "title": "Vane relay",
+        "version": "1.0.0",
+        "description": "OFREP (from the OpenFeature protocol's own document) and Vane's browser "
+        "and event endpoints. " + doc.get("x-source", ""),
+    }
+    unavailable = {
+        "description": "The relay holds no snapshot yet (a first start): retry after Retry-After",
+        "content": {"application/json": {"schema": _ref("generalErrorResponse")}},
+    }
+    for item in doc["paths"].values():
+        item["post"]["responses"]["503"] = unavailable
+    # OFREP lists five reasons; OpenFeature defines more, and a fallthrough is DEFAULT there (as
+    # flagd answers too): the relay's answers use OpenFeature's reasons.
+    success = doc["components"]["schemas"]["evaluationSuccess"]["allOf"]
+    success[0]["properties"]["reason"]["enum"] = OPENFEATURE_REASONS
+    # The value is "one of" boolean, string, integer, float, object or code default, but an
+    # integer is also a float and the code default (no properties) matches every value, so no
+    # value passes "oneOf": read it as "anyOf", as the text describes.
+    success[1] = {"anyOf": success[1]["oneOf"]}
+    doc["paths"].update(_vane_paths())
+    doc["components"]["schemas"].update(_SCHEMAS)
+    return json.dumps(doc).encode()
