@@ -159,8 +159,72 @@ def vane_worker(data: Path, runs: int, n1: int, n2: int, out: Path) -> None:
                 "sanity_flag000": sanity,
             }
         )
+    rows.extend(provider_rows(bench, ctx1, runs))
     rows.append(compile_figures())
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def provider_rows(bench: ModuleType, contexts: list[dict[str, str]], runs: int) -> list[Any]:
+    """S1 through Vane's in-process provider: its direct API, through OpenFeature, and
+    OpenFeature's own floor (a provider that returns a constant) with the same contexts."""
+    import msgspec
+    from openfeature import api
+    from openfeature.evaluation_context import EvaluationContext
+    from openfeature.flag_evaluation import FlagResolutionDetails
+    from openfeature.provider import AbstractProvider, Metadata
+
+    from shared.client import VaneProvider
+    from shared.wire import protocol
+
+    class Constant(AbstractProvider):
+        """OpenFeature's floor: a provider that answers ``true`` without looking at anything."""
+
+        answer: FlagResolutionDetails[Any] = FlagResolutionDetails(value=True, reason="STATIC")
+
+        def get_metadata(self) -> Metadata:
+            return Metadata(name="constant")
+
+        def resolve_boolean_details(
+            self, flag_key: str, default_value: Any, evaluation_context: Any = None
+        ) -> Any:
+            return self.answer
+
+        resolve_string_details = resolve_integer_details = resolve_boolean_details
+        resolve_float_details = resolve_object_details = resolve_boolean_details
+
+    class Preloaded(VaneProvider):
+        def initialize(self, evaluation_context: EvaluationContext) -> None:
+            """The snapshot is given, not streamed: nothing to connect to."""
+
+    provider = Preloaded("http://127.0.0.1:9", "ssk_live_bench", track_exposures=False)
+    message = protocol.SnapshotMessage(snapshot=vane_snapshot(50), access=protocol.Access())
+    provider.flags.apply("snapshot", msgspec.json.encode(message).decode())
+    api.set_provider_and_wait(provider, "vane")
+    api.set_provider_and_wait(Constant(), "floor")
+    of_contexts = [EvaluationContext(c["key"], {"country": c["country"]}) for c in contexts]
+    namespace: dict[str, Any] = {
+        "direct": provider.evaluate,
+        "vane": api.get_client("vane").get_boolean_value,
+        "floor": api.get_client("floor").get_boolean_value,
+    }
+    rows = []
+    for scenario, call, ctxs in [
+        ("s1-provider-direct", "direct(flag, c, False)", contexts),
+        ("s1-openfeature", "vane(flag, False, c)", of_contexts),
+        ("s1-openfeature-floor", "floor(flag, False, c)", of_contexts),
+    ]:
+        exec(bench.LOOPS.format(call=call, build="None", pre="pass"), namespace)
+        times, trues = bench.timed(namespace["one"], ctxs, "flag-000", runs)
+        rows.append(
+            {
+                "sdk": "vane",
+                "scenario": scenario,
+                "us_per_eval": statistics.median(times) / len(ctxs) * 1e6,
+                "true_share": round(trues / len(ctxs), 4),
+            }
+        )
+    api.clear_providers()
+    return rows
 
 
 def _rss_bytes() -> int:
@@ -321,6 +385,48 @@ def _row(rows: list[dict[str, Any]], scenario: str) -> dict[str, Any] | None:
     return next((r for r in rows if r.get("scenario") == scenario), None)
 
 
+def provider_lines(
+    vane: list[dict[str, Any]], peers: dict[str, tuple[list[dict[str, Any]], str | None]]
+) -> list[str]:
+    """Vane's provider beside the peers: through OpenFeature (against flagd's in-process
+    provider and OpenFeature's floor), and its direct API (against the fastest peer SDK)."""
+    direct = _row(vane, "s1-provider-direct")
+    through = _row(vane, "s1-openfeature")
+    floor = _row(vane, "s1-openfeature-floor")
+    if direct is None or through is None or floor is None:
+        return []
+    lines = [
+        "",
+        "| provider figure (S1, µs/eval) | Vane | peer | ratio |",
+        "|---|---:|---|---:|",
+        f"| through OpenFeature vs its floor (constant provider) | {through['us_per_eval']:.2f} "
+        f"| OpenFeature floor: {floor['us_per_eval']:.2f} "
+        f"| {through['us_per_eval'] / floor['us_per_eval']:.2f}x of the floor |",
+    ]
+    flagd = _row(peers.get("openfeature-flagd", ([], None))[0], "s1")
+    if flagd:
+        lines.append(
+            f"| through OpenFeature | {through['us_per_eval']:.2f} | flagd in-process provider: "
+            f"{flagd['us_per_eval']:.2f} | {flagd['us_per_eval'] / through['us_per_eval']:.1f}x |"
+        )
+    fastest = min(
+        (
+            (row["us_per_eval"], name)
+            for name, (rows, problem) in peers.items()
+            if not problem and name != "openfeature-flagd"
+            for row in [_row(rows, "s1")]
+            if row
+        ),
+        default=None,
+    )
+    if fastest:
+        lines.append(
+            f"| direct API `provider.evaluate` | {direct['us_per_eval']:.2f} | fastest peer "
+            f"({fastest[1]}): {fastest[0]:.2f} | {fastest[0] / direct['us_per_eval']:.1f}x |"
+        )
+    return lines
+
+
 def render(
     vane: list[dict[str, Any]],
     peers: dict[str, tuple[list[dict[str, Any]], str | None]],
@@ -360,6 +466,7 @@ def render(
                 f"bulk call: {p2_bulk['us_per_context']:.1f} | "
                 f"{p2_bulk['us_per_context'] / s2_bulk['us_per_context']:.1f}x |"
             )
+    lines += provider_lines(vane, peers)
     comp = _row(vane, "compile")
     lines += [
         "",
