@@ -9,6 +9,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,19 @@ def postgres_databases() -> Iterator[PostgresDatabases | None]:
     databases.close()
 
 
+@contextmanager
+def fresh_postgres(databases: PostgresDatabases | None) -> Iterator[str]:
+    """A new migrated PostgreSQL database, dropped afterwards (skip, or fail under CI, without)."""
+    if databases is None:
+        unavailable(f"PostgreSQL at {POSTGRES_URL}")
+    assert databases is not None
+    url = databases.new()
+    try:
+        yield url
+    finally:
+        databases.drop(url)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(
     request: pytest.FixtureRequest, tmp_path: Path, postgres_databases: PostgresDatabases | None
@@ -95,12 +109,15 @@ def database_url(
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'vane.db'}"
         return
-    if postgres_databases is None:
-        unavailable(f"PostgreSQL at {POSTGRES_URL}")
-    assert postgres_databases is not None
-    url = postgres_databases.new()
-    yield url
-    postgres_databases.drop(url)
+    with fresh_postgres(postgres_databases) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_databases: PostgresDatabases | None) -> Iterator[str]:
+    """A new migrated PostgreSQL database only (for tests that need several processes on it)."""
+    with fresh_postgres(postgres_databases) as url:
+        yield url
 
 
 @dataclass

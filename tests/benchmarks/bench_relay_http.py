@@ -58,7 +58,7 @@ from tests.benchmarks.common import (
     wait_quiet,
     wait_ready,
 )
-from tests.e2e.test_relays import ControlPlane, start_control_plane
+from tests.e2e.test_relays import ControlPlane, eventually, start_control_plane
 
 SERVER_CPU = int(os.environ.get("SERVER_CPU", "0"))
 LOAD_CPU = int(os.environ.get("LOAD_CPU", "1"))
@@ -233,11 +233,27 @@ def measure_relay(wrk: str, cleanup: Cleanup, tmp: Path) -> dict[str, Any]:
     )
     log(f"wrk SDK: {WARMUP} warm-up + {DURATION}")
     sdk = wrk_case(wrk, relay.url, "relay_context.lua", pid, {**env, "WRK_PATH": "/sdk/v1/flags"})
+    server_key = cp.api("POST", "/keys", {"kind": "server", "environment": "production"})
+    server_env = {"WRK_AUTH": server_key.json()["key"], "WRK_PATH": "/ofrep/v1/evaluate/flags"}
+    eventually(
+        lambda: (
+            httpx.post(
+                f"{relay.url}/ofrep/v1/evaluate/flags",
+                json={"context": {"targetingKey": "u"}},
+                headers={"Authorization": f"Bearer {server_env['WRK_AUTH']}"},
+            ).status_code
+            == 200
+        ),
+        what="the server key reached the relay",
+    )
+    log(f"wrk OFREP bulk with a server key: {WARMUP} warm-up + {DURATION}")
+    server = wrk_case(wrk, relay.url, "relay_context.lua", pid, server_env)
     relay.process.stop()
     cp.process.stop()
     return {
         "ofrep": ofrep,
         "sdk": sdk,
+        "server": server,
         "true_share": true_share,
         "rule_true": rule_true,
         "bulk_bytes": bulk_bytes,
@@ -301,6 +317,11 @@ def main() -> None:
         for label, report, nbytes in (
             ("OFREP bulk `POST /ofrep/v1/evaluate/flags`", relay["ofrep"], relay["bulk_bytes"]),
             ("SDK `POST /sdk/v1/flags`", relay["sdk"], relay["sdk_bytes"]),
+            (
+                "OFREP bulk with a server key (every flag)",
+                relay["server"],
+                relay["bulk_bytes"],
+            ),
         ):
             rps, p99 = report["rps"], report["p99_ms"]
             versus = [f"{ratio(rps, PROXY['rps'])} the proxy"]

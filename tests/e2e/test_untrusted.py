@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from shared.engine.experiments import variant_of
-from tests.conftest import POSTGRES_URL, REDIS_URL, PostgresDatabases, unavailable
+from tests.conftest import REDIS_URL, unavailable
 from tests.e2e.test_relays import (
     ControlPlane,
     Relay,
@@ -407,16 +407,6 @@ def test_every_write_is_audited_with_its_key_and_listed_project_wide(site: Site)
     assert only
     assert {e["resourceType"] for e in only} == {"experiment"}
     assert site.api("GET", "/audit?cursor=not-a-cursor").status_code == 422
-
-
-@pytest.fixture
-def postgres_url(postgres_databases: PostgresDatabases | None) -> Iterator[str]:
-    if postgres_databases is None:
-        unavailable(f"PostgreSQL at {POSTGRES_URL}")
-    assert postgres_databases is not None
-    url = postgres_databases.new()
-    yield url
-    postgres_databases.drop(url)
 
 
 @pytest.mark.postgres
