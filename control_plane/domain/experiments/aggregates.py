@@ -76,19 +76,25 @@ class _Shape:
 _ALWAYS = true()  # passed by identity: "no condition"
 
 
+def value_sum(dialect: str, values: ColumnElement[Any]) -> ColumnElement[Any]:
+    """A sum of event values that cannot overflow: PostgreSQL's ``sum(bigint)`` is ``numeric``
+    (exact, unbounded); SQLite's ``sum`` of integers raises past 2^63, its ``total`` is a double."""
+    return func.total(values) if dialect == "sqlite" else func.sum(values)
+
+
 def _per_unit(
-    metric: MetricSpec, during: ColumnElement[bool], only_event: bool
+    metric: MetricSpec, during: ColumnElement[bool], only_event: bool, dialect: str
 ) -> tuple[ColumnElement[float], ColumnElement[float] | None, ColumnElement[float]]:
     """(y, z, converted) per unit for ``metric`` over the joined events where ``during`` holds;
     ``only_event``: every joined event has the metric's name (no per-row name test)."""
     matches = during if only_event else and_(Event.event == metric.event, during)
     if only_event and during is _ALWAYS:  # every joined row counts: no CASE per row
         count: ColumnElement[Any] = func.count()
-        total: ColumnElement[Any] = func.sum(func.coalesce(Event.value, 0))
+        total: ColumnElement[Any] = value_sum(dialect, func.coalesce(Event.value, 0))
         converted: ColumnElement[Any] = func.max(1)
     else:
         count = func.sum(case((matches, 1), else_=0))
-        total = func.sum(case((matches, func.coalesce(Event.value, 0)), else_=0))
+        total = value_sum(dialect, case((matches, func.coalesce(Event.value, 0)), else_=0))
         converted = func.max(case((matches, 1), else_=0))
     y = {"conversion": converted, "count": count}.get(metric.aggregation, total)
     z = cast(count, Float) if metric.aggregation == "mean" else None  # mean: ratio of sums
@@ -101,6 +107,7 @@ def _unit_rows(
     subject: str,
     metrics: Sequence[MetricSpec],
     cuped: bool,
+    dialect: str,
     units: tuple[str | None, str | None] = (None, None),
 ) -> tuple[Select[Any], list[_Shape]]:
     """One row per exposed unit (in ``units``, a half-open range) that has matching events: its
@@ -113,13 +120,13 @@ def _unit_rows(
     columns: list[ColumnElement[Any]] = []
     shapes: list[_Shape] = []
     for index, metric in enumerate(metrics):
-        y, z, converted = _per_unit(metric, after, len(names) == 1)
+        y, z, converted = _per_unit(metric, after, len(names) == 1, dialect)
         columns.append(converted.label(f"c{index}"))
         columns.append(y.label(f"y{index}"))
         if z is not None:
             columns.append(z.label(f"z{index}"))
         if cuped:
-            x, _, _ = _per_unit(metric, before, len(names) == 1)
+            x, _, _ = _per_unit(metric, before, len(names) == 1, dialect)
             columns.append(x.label(f"x{index}"))
         shapes.append(_Shape(metric.key, z is not None, cuped))
     joined = and_(
@@ -282,7 +289,9 @@ async def arm_moments(
             [
                 per_arm,  # the unit counts, at once with the sums
                 *(
-                    _arm_sums(*_unit_rows(project_id, kind, subject, group, cuped, units))
+                    _arm_sums(
+                        *_unit_rows(project_id, kind, subject, group, cuped, "postgresql", units)
+                    )
                     for group, units in work
                 ),
             ],
@@ -303,7 +312,7 @@ async def arm_moments(
         shapes = [_Shape(m.key, m.aggregation == "mean", cuped) for m in metrics]
     else:
         counts = {arm: int(n) for arm, n in (await session.execute(per_arm)).all()}
-        unit_rows, shapes = _unit_rows(project_id, kind, subject, metrics, cuped)
+        unit_rows, shapes = _unit_rows(project_id, kind, subject, metrics, cuped, "sqlite")
         result = await session.execute(_arm_sums(unit_rows, shapes))
         sums = {row["arm"]: dict(row) for row in result.mappings()}
     aggregates: dict[str, dict[str, ArmAggregate]] = {shape.key: {} for shape in shapes}

@@ -19,6 +19,7 @@ from control_plane.analysis import (
     AnalysisResult,
     Comparison,
     Moments,
+    SequentialBounds,
     analyse,
     decide_winner,
     srm_check,
@@ -28,6 +29,14 @@ from control_plane.domain.experiments.aggregates import ArmAggregate, MetricSpec
 
 ALPHA = 0.05
 EMPTY = ArmAggregate(Moments(0, 0.0, 0.0), 0)
+_MEANINGS = {
+    "sum": "rate is the mean sum of value per exposed unit; conversions (= unitsWithEvents) "
+    "counts exposed units with at least one '{event}' event",
+    "count": "rate is the mean number of '{event}' events per exposed unit; conversions "
+    "(= unitsWithEvents) counts exposed units with at least one",
+    "mean": "rate is the mean value per '{event}' event (a ratio of sums); conversions "
+    "(= unitsWithEvents) counts exposed units with at least one",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,46 +76,65 @@ def _comparison_json(c: Comparison | None) -> dict[str, Any]:
         "ciHigh": _finite(c.ci_high),
         "interval": c.interval,
         "difference": _finite(c.difference),
+        "differenceCiLow": _finite(c.difference_ci_low),
+        "differenceCiHigh": _finite(c.difference_ci_high),
+        "stdError": _finite(c.std_error),
+        "statistic": _finite(c.statistic),
+        "df": _finite(c.df),
         "pValue": _finite(c.p_value),
         "pValueAdjusted": _finite(c.p_value_adjusted),
         "significant": c.significant,
         "test": c.test,
         "chanceToBeatControl": _finite(c.chance_to_beat_control),
         "expectedLoss": _finite(c.expected_loss),
+        "expectedLossControl": _finite(c.expected_loss_control),
         "alwaysValidPValue": _finite(c.always_valid_p_value),
         "varianceReduction": _finite(c.variance_reduction),
         "note": c.reason,
     }
 
 
-async def _previous_p_values(
+async def _previous_looks(
     session: AsyncSession, subject: str, metric: str
-) -> dict[str, float | None]:
-    rows = await session.scalars(
-        select(SequentialLook).where(
-            SequentialLook.subject == subject, SequentialLook.metric == metric
+) -> tuple[dict[str, float | None], dict[str, SequentialBounds]]:
+    rows = list(
+        await session.scalars(
+            select(SequentialLook).where(
+                SequentialLook.subject == subject, SequentialLook.metric == metric
+            )
         )
     )
-    return {row.arm: row.min_p_value for row in rows}
+    return (
+        {row.arm: row.min_p_value for row in rows},
+        {
+            row.arm: SequentialBounds(
+                row.ci_low, row.ci_high, row.difference_low, row.difference_high
+            )
+            for row in rows
+        },
+    )
 
 
 async def _remember_looks(
     session: AsyncSession, subject: str, metric: str, result: AnalysisResult
 ) -> None:
+    """Keep each arm's running minimum p-value and the intersection of its sequences."""
     for arm, comparison in result.comparisons.items():
         p_value = comparison.always_valid_p_value
         if p_value is None or not math.isfinite(p_value):
             continue
+        bounds = result.sequential_bounds.get(arm, SequentialBounds())
         row = await session.get(SequentialLook, (subject, metric, arm))
         if row is None:
-            session.add(
-                SequentialLook(
-                    subject=subject, metric=metric, arm=arm, min_p_value=p_value, looks=1
-                )
+            row = SequentialLook(
+                subject=subject, metric=metric, arm=arm, min_p_value=p_value, looks=0
             )
-        else:
-            row.min_p_value = min(row.min_p_value, p_value)
-            row.looks += 1
+            session.add(row)
+        row.min_p_value = min(row.min_p_value, p_value)
+        row.looks += 1
+        row.ci_low, row.ci_high = _finite(bounds.ci_low), _finite(bounds.ci_high)
+        row.difference_low = _finite(bounds.difference_low)
+        row.difference_high = _finite(bounds.difference_high)
     await session.flush()
 
 
@@ -135,10 +163,10 @@ async def analyse_subject(
     comparisons: dict[str, Mapping[str, Comparison]] = {}
     for metric in metrics:
         by_arm = aggregates[metric.key]
-        previous = (
-            await _previous_p_values(session, subject, metric.key)
+        previous, bounds = (
+            await _previous_looks(session, subject, metric.key)
             if engine == "sequential"
-            else None
+            else (None, None)
         )
         result = analyse(
             by_arm.get(control, EMPTY).moments,
@@ -149,6 +177,7 @@ async def analyse_subject(
             cuped=cuped,
             direction=metric.direction,  # type: ignore[arg-type]
             previous_p_values=previous,
+            previous_bounds=bounds,
             prior_sd=prior_sd,
         )
         if engine == "sequential":
@@ -157,15 +186,22 @@ async def analyse_subject(
         variants = []
         for arm in arms:
             summary = result.control if arm == control else result.treatments.get(arm)
+            with_events = by_arm.get(arm, EMPTY).converted
             variants.append(
                 {
                     "key": arm,
                     "exposed": exposed[arm],
-                    "conversions": by_arm.get(arm, EMPTY).converted,
-                    "rate": _finite(summary.mean) if summary is not None else None,
+                    "conversions": with_events,
+                    "unitsWithEvents": with_events,
+                    "rate": _finite(summary.mean) if summary else None,
+                    "stdError": _finite(summary.std_error) if summary else None,
+                    "adjustedRate": _finite(summary.adjusted_mean) if summary else None,
                     **_comparison_json(result.comparisons.get(arm)),
                 }
             )
+        notes = list(result.notes)
+        if metric.aggregation != "conversion":
+            notes.append(_MEANINGS[metric.aggregation].format(event=metric.event))
         blocks[metric.key] = {
             "metric": metric.describe(),
             "ratio": result.ratio,
@@ -180,7 +216,7 @@ async def analyse_subject(
                 if result.cuped is not None
                 else None
             ),
-            "notes": list(result.notes),
+            "notes": notes,
         }
     winner, why = decide_winner(
         comparisons[primary.key],
