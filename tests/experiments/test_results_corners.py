@@ -169,7 +169,7 @@ def test_results_show_what_a_reader_needs(api: Api) -> None:
     raw_c = np.array([v[0] for v in arms["control"]], dtype=float)
     assert treatment["rate"] == pytest.approx(raw_t.mean())
     assert control["stdError"] == pytest.approx(raw_c.std(ddof=1) / np.sqrt(raw_c.size))
-    for name in ("stdError", "df", "differenceCiLow", "differenceCiHigh", "statistic"):
+    for name in ("stdError", "differenceStdError", "df", "differenceCiLow", "differenceCiHigh"):
         assert isinstance(treatment[name], float), name
     assert treatment["differenceCiLow"] < treatment["difference"] < treatment["differenceCiHigh"]
     assert treatment["unitsWithEvents"] == 300

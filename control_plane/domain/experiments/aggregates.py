@@ -33,12 +33,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Float, Select, and_, case, cast, func, select, tablesample, text, true
+from sqlalchemy import (
+    Float,
+    Select,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+    tablesample,
+    text,
+    true,
+)
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Executable
@@ -61,6 +74,15 @@ class MetricSpec:
     key: str
     event: str
     aggregation: str  # conversion | count | sum | mean
+    cap: float | None = None  # sum and mean: each unit's y (and CUPED x) is at most this
+
+
+def _capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
+    """``min(value, cap)`` in SQL (a CASE: the same on both databases)."""
+    if cap is None:
+        return value
+    bound = literal(cap, Float)
+    return case((value > bound, bound), else_=value)
 
 
 _SUMS = ("sc", "sy", "syy", "sz", "szz", "syz", "sx", "sxx", "sxy")
@@ -122,12 +144,12 @@ def _unit_rows(
     for index, metric in enumerate(metrics):
         y, z, converted = _per_unit(metric, after, len(names) == 1, dialect)
         columns.append(converted.label(f"c{index}"))
-        columns.append(y.label(f"y{index}"))
+        columns.append(_capped(y, metric.cap).label(f"y{index}"))
         if z is not None:
             columns.append(z.label(f"z{index}"))
         if cuped:
             x, _, _ = _per_unit(metric, before, len(names) == 1, dialect)
-            columns.append(x.label(f"x{index}"))
+            columns.append(_capped(x, metric.cap).label(f"x{index}"))
         shapes.append(_Shape(metric.key, z is not None, cuped))
     joined = and_(
         Event.project_id == Exposure.project_id,
@@ -338,3 +360,64 @@ async def arm_moments(
                 ),
             )
     return aggregates
+
+
+async def percentile_cap(
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    metric: MetricSpec,
+    percentile: float,
+) -> float | None:
+    """The ``percentile`` of the per-unit values over all exposed units, pooled across arms
+    (units without events count as 0): the nearest-rank value, the k-th smallest with
+    k = ceil(percentile · N). ``None`` when it is not positive (a cap at or below 0 would erase
+    the metric) or nothing is exposed.
+
+    Exact and in SQL: the units above it are the j = N - k + 1 largest, so each unit range
+    returns its own j largest per-unit values (a top-j sort over the same merge join as the
+    sums) and the j-th largest of their union is the answer."""
+    exposed = await session.scalar(
+        select(func.count())
+        .select_from(Exposure)
+        .where(
+            Exposure.project_id == project_id,
+            Exposure.kind == kind,
+            Exposure.subject == subject,
+        )
+    )
+    total = int(exposed or 0)
+    if total == 0:
+        return None
+    k = max(1, math.ceil(round(percentile * total, 9)))
+    top = total - k + 1
+    uncapped = replace(metric, cap=None)
+    engine = session.bind
+    postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
+
+    def largest(units: tuple[str | None, str | None]) -> Select[Any]:
+        rows, _ = _unit_rows(
+            project_id,
+            kind,
+            subject,
+            [uncapped],
+            False,
+            "postgresql" if postgres else "sqlite",
+            units,
+        )
+        per_unit = rows.subquery()
+        return select(per_unit.c.y0.label("y")).order_by(per_unit.c.y0.desc()).limit(top)
+
+    if postgres:
+        assert isinstance(engine, AsyncEngine)
+        ranges = await _unit_ranges(session, project_id, kind, subject)
+        parts = await _postgres_all(engine, [largest(units) for units in ranges])
+        values = [float(row["y"]) for rows in parts for row in rows]
+    else:
+        values = [float(v) for v in await session.scalars(largest((None, None)))]
+    if len(values) < top:  # the value at rank k is one of the zeros (or below)
+        return None
+    values.sort(reverse=True)
+    cap = values[top - 1]
+    return cap if cap > 0 and math.isfinite(cap) else None

@@ -25,9 +25,15 @@ from control_plane.analysis import (
     srm_check,
 )
 from control_plane.db.models import Metric, SequentialLook
-from control_plane.domain.experiments.aggregates import ArmAggregate, MetricSpec, arm_moments
+from control_plane.domain.experiments.aggregates import (
+    ArmAggregate,
+    MetricSpec,
+    arm_moments,
+    percentile_cap,
+)
 
 ALPHA = 0.05
+CAPPED = ("sum", "mean")
 EMPTY = ArmAggregate(Moments(0, 0.0, 0.0), 0)
 _MEANINGS = {
     "sum": "rate is the mean sum of value per exposed unit; conversions (= unitsWithEvents) "
@@ -47,10 +53,21 @@ class MetricDef:
     aggregation: str
     direction: str
     format: str = ""
+    capping: str | None = None  # absolute | percentile
+    capping_value: float | None = None
 
     @classmethod
     def of(cls, row: Metric) -> MetricDef:
-        return cls(row.key, row.name, row.event, row.aggregation, row.direction, row.format)
+        return cls(
+            row.key,
+            row.name,
+            row.event,
+            row.aggregation,
+            row.direction,
+            row.format,
+            row.capping,
+            row.capping_value,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -60,7 +77,40 @@ class MetricDef:
             "aggregation": self.aggregation,
             "direction": self.direction,
             "format": self.format,
+            "capping": (
+                {"type": self.capping, "value": self.capping_value}
+                if self.capping is not None and self.capping_value is not None
+                else None
+            ),
         }
+
+
+async def metric_specs(
+    session: AsyncSession, project_id: str, kind: str, subject: str, metrics: Sequence[MetricDef]
+) -> tuple[list[MetricSpec], dict[str, dict[str, Any]]]:
+    """The SQL specs of ``metrics`` with their caps resolved (a percentile becomes the amount it
+    is over the pooled exposed units now), and per capped metric what was applied."""
+    specs: list[MetricSpec] = []
+    applied: dict[str, dict[str, Any]] = {}
+    for m in metrics:
+        spec = MetricSpec(m.key, m.event, m.aggregation)
+        if m.capping is not None and m.capping_value is not None and m.aggregation in CAPPED:
+            cap: float | None = m.capping_value
+            if m.capping == "percentile":
+                cap = await percentile_cap(
+                    session, project_id, kind, subject, spec, m.capping_value
+                )
+            applied[m.key] = {
+                "type": m.capping,
+                "value": m.capping_value,
+                "cap": cap,
+                "note": None
+                if cap is not None
+                else "the percentile is not above 0 (or nothing is exposed): nothing capped",
+            }
+            spec = MetricSpec(m.key, m.event, m.aggregation, cap)
+        specs.append(spec)
+    return specs, applied
 
 
 def _finite(value: float | None) -> float | None:
@@ -78,7 +128,7 @@ def _comparison_json(c: Comparison | None) -> dict[str, Any]:
         "difference": _finite(c.difference),
         "differenceCiLow": _finite(c.difference_ci_low),
         "differenceCiHigh": _finite(c.difference_ci_high),
-        "stdError": _finite(c.std_error),
+        "differenceStdError": _finite(c.std_error),
         "statistic": _finite(c.statistic),
         "df": _finite(c.df),
         "pValue": _finite(c.p_value),
@@ -155,7 +205,7 @@ async def analyse_subject(
 ) -> dict[str, Any]:
     """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag)."""
     metrics = [primary, *guardrails]
-    specs = [MetricSpec(m.key, m.event, m.aggregation) for m in metrics]
+    specs, capping = await metric_specs(session, project_id, kind, subject, metrics)
     aggregates = await arm_moments(session, project_id, kind, subject, specs, cuped=cuped)
     exposed = {arm: aggregates[primary.key].get(arm, EMPTY).moments.n for arm in arms}
     srm = srm_check(exposed, weights)
@@ -216,6 +266,7 @@ async def analyse_subject(
                 if result.cuped is not None
                 else None
             ),
+            "capping": capping.get(metric.key),
             "notes": notes,
         }
     winner, why = decide_winner(
@@ -235,6 +286,7 @@ async def analyse_subject(
         "metric": primary_block["metric"],
         "variants": primary_block["variants"],
         "cuped": primary_block["cuped"],
+        "capping": primary_block["capping"],
         "winner": winner,
         "winnerReason": why,
         "srm": {
