@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from litestar import Controller, get, post, put
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx
@@ -31,9 +31,28 @@ class ExperimentController(Controller):
     async def create(self, ctx: Ctx, data: JSONBody[s.ExperimentCreate]) -> s.Experiment:
         return await services.create_experiment(ctx, data)
 
-    @get("/{id_or_key:str}", summary="An experiment with its results")
-    async def get_experiment(self, ctx: Ctx, id_or_key: FromPath[str]) -> s.ExperimentWithResults:
-        return await services.with_results(ctx, id_or_key)
+    @post(
+        "/power",
+        dto=StrictBody[s.PowerIn],
+        return_dto=None,
+        status_code=200,
+        summary="Units per variant to detect a relative effect (plan before starting)",
+    )
+    async def power(self, data: JSONBody[s.PowerIn]) -> s.PowerOut:
+        return services.plan(data)
+
+    @get(
+        "/{id_or_key:str}",
+        summary="An experiment with its results",
+        description="Query `mde` (relative, default 0.05): the effect the power block sizes for.",
+    )
+    async def get_experiment(
+        self,
+        ctx: Ctx,
+        id_or_key: FromPath[str],
+        mde: FromQuery[float | None] = None,
+    ) -> s.ExperimentWithResults:
+        return await services.with_results(ctx, id_or_key, mde)
 
     @post(
         "/{id_or_key:str}",

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from control_plane.analysis import (
     AnalysisResult,
+    ArmSummary,
     Comparison,
     Moments,
     SequentialBounds,
@@ -24,6 +25,8 @@ from control_plane.analysis import (
     decide_winner,
     srm_check,
 )
+from control_plane.analysis.power import DEFAULT_POWER as POWER
+from control_plane.analysis.power import minimum_detectable_effect, units_per_arm
 from control_plane.db.models import Metric, SequentialLook
 from control_plane.domain.experiments.aggregates import (
     ArmAggregate,
@@ -34,6 +37,7 @@ from control_plane.domain.experiments.aggregates import (
 
 ALPHA = 0.05
 CAPPED = ("sum", "mean")
+DEFAULT_TARGET_EFFECT = 0.05  # relative: the effect whose sample size the results estimate
 EMPTY = ArmAggregate(Moments(0, 0.0, 0.0), 0)
 _MEANINGS = {
     "sum": "rate is the mean sum of value per exposed unit; conversions (= unitsWithEvents) "
@@ -202,6 +206,8 @@ async def analyse_subject(
     engine: str,
     cuped: bool,
     prior_sd: float | None = 0.3,
+    target_effect: float = DEFAULT_TARGET_EFFECT,
+    running_days: float | None = None,
 ) -> dict[str, Any]:
     """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag)."""
     metrics = [primary, *guardrails]
@@ -211,6 +217,7 @@ async def analyse_subject(
     srm = srm_check(exposed, weights)
     blocks: dict[str, dict[str, Any]] = {}
     comparisons: dict[str, Mapping[str, Comparison]] = {}
+    results_by_metric: dict[str, AnalysisResult] = {}
     for metric in metrics:
         by_arm = aggregates[metric.key]
         previous, bounds = (
@@ -233,6 +240,7 @@ async def analyse_subject(
         if engine == "sequential":
             await _remember_looks(session, subject, metric.key, result)
         comparisons[metric.key] = result.comparisons
+        results_by_metric[metric.key] = result
         variants = []
         for arm in arms:
             summary = result.control if arm == control else result.treatments.get(arm)
@@ -279,6 +287,7 @@ async def analyse_subject(
     if srm.flagged:
         why = f"{why}; sample ratio mismatch (p={srm.p_value:.2g}): check assignment before trusting this"
     primary_block = blocks[primary.key]
+    primary_result = results_by_metric[primary.key]
     return {
         "engine": engine,
         "alpha": ALPHA,
@@ -298,5 +307,68 @@ async def analyse_subject(
             "note": srm.reason,
         },
         "guardrails": [blocks[g.key] for g in guardrails],
+        "power": power_block(
+            primary_result, sum(exposed.values()), target_effect, running_days, len(arms)
+        ),
         "notes": primary_block["notes"],
+    }
+
+
+def _variance(summary: ArmSummary) -> float | None:
+    v = summary.adjusted_variance if summary.adjusted_variance is not None else summary.variance
+    return v if v is not None and math.isfinite(v) else None
+
+
+def power_block(
+    result: AnalysisResult,
+    exposed_total: int,
+    target_effect: float,
+    running_days: float | None,
+    variants: int,
+) -> dict[str, Any]:
+    """Per treatment: the minimum detectable effect at the current sample (relative, percent) and
+    the units per variant (and days at the current rate) to detect ``target_effect`` (relative)
+    with power 0.8 in a two-sided fixed-horizon test at alpha / (number of treatments)."""
+    treatments = max(1, variants - 1)
+    rate = exposed_total / running_days if running_days and running_days > 0 else None
+    control = result.control
+    mean_c = control.adjusted_mean if control.adjusted_mean is not None else control.mean
+    var_c = _variance(control)
+    arms: dict[str, Any] = {}
+    for arm, comparison in result.comparisons.items():
+        summary = result.treatments.get(arm)
+        out: dict[str, Any] = {
+            "mde": None,
+            "unitsPerVariantNeeded": None,
+            "additionalUnits": None,
+            "daysNeeded": None,
+        }
+        arms[arm] = out
+        var_t = _variance(summary) if summary is not None else None
+        if not mean_c or comparison.std_error is None or var_c is None or var_t is None:
+            continue
+        scale = abs(mean_c)
+        out["mde"] = _finite(
+            100.0
+            * minimum_detectable_effect(
+                comparison.std_error, alpha=ALPHA, power=POWER, treatments=treatments
+            )
+            / scale
+        )
+        needed = units_per_arm(
+            var_c, var_t, target_effect * scale, alpha=ALPHA, power=POWER, treatments=treatments
+        )
+        if needed is None:
+            continue
+        additional = max(0, needed * variants - exposed_total)
+        out["unitsPerVariantNeeded"] = needed
+        out["additionalUnits"] = additional
+        out["daysNeeded"] = _finite(additional / rate) if rate else None
+    return {
+        "basis": "two-sided fixed-horizon z-test at alpha / treatments, power 0.8",
+        "alpha": ALPHA,
+        "power": POWER,
+        "targetEffect": 100.0 * target_effect,
+        "unitsPerDay": _finite(rate) if rate else None,
+        "variants": arms,
     }
