@@ -90,3 +90,53 @@ def seed(
 def units(count: int, *values: int | None) -> list[list[int | None]]:
     """``count`` units with the same events."""
     return [list(values) for _ in range(count)]
+
+
+def seed_rows(
+    api: Api,
+    experiment_key: str,
+    exposures: Sequence[tuple[str, str, int]],
+    events: Sequence[tuple[str, str, int | None, int]],
+) -> None:
+    """Exposures ``(unit, arm, exposed_at)`` and events ``(unit, event, value, ts)`` as given."""
+    engine = create_engine(sync_url(api.database_url))
+    try:
+        with engine.begin() as connection:
+            project = connection.scalar(select(Project.id).where(Project.key == "default"))
+            subject = connection.scalar(
+                select(Experiment.id).where(Experiment.key == experiment_key)
+            )
+            if exposures:
+                connection.execute(
+                    insert(Exposure),
+                    [
+                        {
+                            "project_id": project,
+                            "kind": "experiment",
+                            "subject": subject,
+                            "unit": unit,
+                            "arm": arm,
+                            "exposed_at": at,
+                        }
+                        for unit, arm, at in exposures
+                    ],
+                )
+            if events:
+                connection.execute(
+                    insert(Event),
+                    [
+                        {
+                            "project_id": project,
+                            "event_id": f"rows-{next(_ids)}",
+                            "unit": unit,
+                            "event": name,
+                            "value": value,
+                            "ts": ts,
+                            "received_at": ts,
+                            "source": "server",
+                        }
+                        for unit, name, value, ts in events
+                    ],
+                )
+    finally:
+        engine.dispose()

@@ -109,6 +109,10 @@ def test_sums_past_two_to_the_63_do_not_break_results(api: Api) -> None:
     by_key = {v["key"]: v for v in response.json()["results"]["variants"]}
     assert by_key["control"]["rate"] == pytest.approx((4 * big + 5) / 4)
     assert by_key["treatment"]["unitsWithEvents"] == 3
+    for metric_key in ("revenue", "order-value"):
+        timeseries = api.get(f"/experiments/{exp['key']}/timeseries?metric={metric_key}")
+        assert timeseries.status_code == 200, timeseries.text
+        assert timeseries.json()["days"][-1]["variants"][0]["exposed"] == 4
 
 
 def test_zero_conversions_in_the_treatment_give_an_interval_with_width(api: Api) -> None:
@@ -283,6 +287,8 @@ def test_random_arms_never_give_a_5xx_or_a_winner_against_its_interval(
     if results["winner"] == "treatment":
         t = next(v for v in results["variants"] if v["key"] == "treatment")
         assert (t["ciLow"] if t["ciLow"] is not None else t["differenceCiLow"]) > 0
+    timeseries = api.get(f"/experiments/{exp['key']}/timeseries")
+    assert timeseries.status_code == 200, timeseries.text
 
 
 def test_welch_p_value_still_matches_scipy_for_a_sum_metric(api: Api) -> None:

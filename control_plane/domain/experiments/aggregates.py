@@ -77,7 +77,7 @@ class MetricSpec:
     cap: float | None = None  # sum and mean: each unit's y (and CUPED x) is at most this
 
 
-def _capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
+def capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
     """``min(value, cap)`` in SQL (a CASE: the same on both databases)."""
     if cap is None:
         return value
@@ -144,12 +144,12 @@ def _unit_rows(
     for index, metric in enumerate(metrics):
         y, z, converted = _per_unit(metric, after, len(names) == 1, dialect)
         columns.append(converted.label(f"c{index}"))
-        columns.append(_capped(y, metric.cap).label(f"y{index}"))
+        columns.append(capped(y, metric.cap).label(f"y{index}"))
         if z is not None:
             columns.append(z.label(f"z{index}"))
         if cuped:
             x, _, _ = _per_unit(metric, before, len(names) == 1, dialect)
-            columns.append(_capped(x, metric.cap).label(f"x{index}"))
+            columns.append(capped(x, metric.cap).label(f"x{index}"))
         shapes.append(_Shape(metric.key, z is not None, cuped))
     joined = and_(
         Event.project_id == Exposure.project_id,

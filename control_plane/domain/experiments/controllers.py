@@ -54,6 +54,16 @@ class ExperimentController(Controller):
     ) -> s.ExperimentWithResults:
         return await services.with_results(ctx, id_or_key, mde)
 
+    @get(
+        "/{id_or_key:str}/timeseries",
+        summary="Cumulative results per UTC day and variant, to chart",
+        description="Query `metric`: a guardrail's key (default: the primary metric).",
+    )
+    async def get_timeseries(
+        self, ctx: Ctx, id_or_key: FromPath[str], metric: FromQuery[str | None] = None
+    ) -> s.Timeseries:
+        return await services.timeseries(ctx, id_or_key, metric)
+
     @post(
         "/{id_or_key:str}",
         dto=StrictBody[s.StatusIn],

@@ -128,3 +128,16 @@ class PowerOut(ApiOut):
     alpha_per_comparison: float
     power: float
     test: str
+
+
+class Timeseries(ApiOut):
+    """Per UTC day, cumulative per variant: exposed, conversions, rate, and for treatments the
+    uplift, interval, p-value and significance the engine gave at the end of that day."""
+
+    experiment: str
+    metric: dict[str, Any]
+    engine: str
+    control: str
+    capping: dict[str, Any] | None
+    days: list[dict[str, Any]]
+    notes: list[str]

@@ -15,6 +15,7 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import exposures
 from control_plane.domain.experiments import schemas as s
+from control_plane.domain.experiments.results import MetricDef
 from control_plane.domain.flags import validation as v
 from control_plane.domain.metrics.services import slugify, unique_key
 from control_plane.errors import ApiError, FieldError, conflict, invalid_many, not_found
@@ -341,24 +342,11 @@ async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.Metr
     )
 
 
-async def with_results(
-    scope: Scope, id_or_key: str, target_effect: float | None = None
-) -> s.ExperimentWithResults:
-    """The experiment and its results against its metrics (``goal`` as conversion if none);
-    ``target_effect`` (relative) is the effect whose sample size the power block estimates."""
-    from control_plane.domain.experiments.results import (
-        DEFAULT_TARGET_EFFECT,
-        MetricDef,
-        analyse_subject,
-    )
+async def _metric_defs(scope: Scope, row: Experiment) -> tuple[MetricDef, list[MetricDef]]:
+    """The primary metric (the ``goal`` as a conversion metric when none is set) and the
+    guardrails."""
+    from control_plane.domain.experiments.results import MetricDef
 
-    if target_effect is not None and not (
-        math.isfinite(target_effect) and 0 < abs(target_effect) <= 10
-    ):
-        raise invalid_many([FieldError("mde", "a relative effect such as 0.05, not 0")])
-
-    row = await find(scope, id_or_key)
-    out = await experiment_out(scope, row)
     ids = [i for i in [row.primary_metric_id, *row.guardrail_metric_ids] if i]
     by_id = (
         {m.id: m for m in await scope.session.scalars(select(Metric).where(Metric.id.in_(ids)))}
@@ -376,7 +364,69 @@ async def with_results(
             direction="higher",
         )
     )
-    guardrails = [MetricDef.of(by_id[i]) for i in row.guardrail_metric_ids if i in by_id]
+    return primary, [MetricDef.of(by_id[i]) for i in row.guardrail_metric_ids if i in by_id]
+
+
+async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Timeseries:
+    """Cumulative results per UTC day of one metric (the primary unless ``metric`` names a
+    guardrail), with the experiment's engine and capping."""
+    from control_plane.domain.experiments.results import ALPHA, metric_specs
+    from control_plane.domain.experiments.timeseries import cumulative_days, day_increments
+
+    row = await find(scope, id_or_key)
+    primary, guardrails = await _metric_defs(scope, row)
+    chosen = primary
+    if metric is not None:
+        found = [m for m in (primary, *guardrails) if m.key == metric]
+        if not found:
+            raise invalid_many(
+                [FieldError("metric", "the key of the experiment's primary metric or a guardrail")]
+            )
+        chosen = found[0]
+    specs, capping = await metric_specs(
+        scope.session, scope.project_id, "experiment", row.id, [chosen]
+    )
+    increments = await day_increments(
+        scope.session, scope.project_id, "experiment", row.id, specs[0]
+    )
+    days = cumulative_days(
+        increments,
+        arms=[x["key"] for x in row.variants],
+        control=CONTROL,
+        engine=row.stats_engine,
+        ratio=chosen.aggregation == "mean",
+        alpha=ALPHA,
+        prior_sd=scope.bayesian_prior_sd,
+    )
+    notes = ["cumulative as of the end of each UTC day"]
+    if row.cuped:
+        notes.append("CUPED is not applied to the time series (the results are adjusted)")
+    return s.Timeseries(
+        experiment=row.key,
+        metric=chosen.describe(),
+        engine=row.stats_engine,
+        control=CONTROL,
+        capping=capping.get(chosen.key),
+        days=days,
+        notes=notes,
+    )
+
+
+async def with_results(
+    scope: Scope, id_or_key: str, target_effect: float | None = None
+) -> s.ExperimentWithResults:
+    """The experiment and its results against its metrics (``goal`` as conversion if none);
+    ``target_effect`` (relative) is the effect whose sample size the power block estimates."""
+    from control_plane.domain.experiments.results import DEFAULT_TARGET_EFFECT, analyse_subject
+
+    if target_effect is not None and not (
+        math.isfinite(target_effect) and 0 < abs(target_effect) <= 10
+    ):
+        raise invalid_many([FieldError("mde", "a relative effect such as 0.05, not 0")])
+
+    row = await find(scope, id_or_key)
+    out = await experiment_out(scope, row)
+    primary, guardrails = await _metric_defs(scope, row)
     weights = {x["key"]: float(x["weight"]) for x in row.variants if x.get("weight") is not None}
     running_days = (
         (utcnow() - row.started_at).total_seconds() / 86_400
