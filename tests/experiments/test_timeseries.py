@@ -72,7 +72,7 @@ def _expected(
             per_arm[arm].append((y, float(len(mine))))
             conversions[arm] += bool(mine)
 
-        def moments(arm: str) -> Moments:
+        def moments(arm: str, per_arm: dict[str, list[tuple[float, float]]] = per_arm) -> Moments:
             rows = per_arm[arm]
             if not rows:
                 return Moments(0, 0.0, 0.0)
