@@ -172,7 +172,12 @@ def test_percentile_cap_and_capped_moments_match_raw_computation(
     ]
     revenue = MetricSpec("revenue", "purchase", "sum")
 
-    async def run() -> tuple[float | None, dict[str, ArmAggregate]]:
+    async def run() -> tuple[
+        float | None,
+        dict[str, ArmAggregate],
+        dict[str, dict[str, ArmAggregate]],
+        dict[str, float | None],
+    ]:
         engine = make_async_engine(database_url)
         try:
             async with async_sessionmaker(engine)() as session:
@@ -208,11 +213,25 @@ def test_percentile_cap_and_capped_moments_match_raw_computation(
                 )
                 capped = MetricSpec("revenue", "purchase", "sum", cap)
                 got = await arm_moments(session, "prj_cap", "experiment", "exp_cap", [capped])
-                return cap, got["revenue"]
+                # the cap resolved inside arm_moments (one pass on PostgreSQL), a ratio too
+                caps: dict[str, float | None] = {}
+                deferred = await arm_moments(
+                    session,
+                    "prj_cap",
+                    "experiment",
+                    "exp_cap",
+                    [
+                        MetricSpec("revenue", "purchase", "sum", percentile=percentile),
+                        MetricSpec("aov", "purchase", "mean", percentile=percentile),
+                        MetricSpec("buyers", "purchase", "conversion"),
+                    ],
+                    caps=caps,
+                )
+                return cap, got["revenue"], deferred, caps
         finally:
             await engine.dispose()
 
-    cap, got = asyncio.run(run())
+    cap, got, deferred, caps = asyncio.run(run())
     per_unit: dict[str, float] = defaultdict(float)
     for unit, _, value, _ in events:
         per_unit[unit] += value
@@ -228,3 +247,16 @@ def test_percentile_cap_and_capped_moments_match_raw_computation(
         ]
         assert got[arm].moments.sum_y == pytest.approx(sum(ys))
         assert got[arm].moments.sum_y2 == pytest.approx(sum(y * y for y in ys))
+        assert astuple(deferred["revenue"][arm].moments) == pytest.approx(astuple(got[arm].moments))
+        zs = [
+            float(sum(1 for e in events if e[0] == u))
+            for u, (a, _) in exposures.items()
+            if a == arm
+        ]
+        ratio = deferred["aov"][arm].moments
+        assert ratio.sum_y == pytest.approx(sum(ys))
+        assert ratio.sum_y2 == pytest.approx(sum(y * y for y in ys))
+        assert ratio.sum_z == pytest.approx(sum(zs))
+        assert ratio.sum_yz == pytest.approx(sum(y * z for y, z in zip(ys, zs, strict=True)))
+        assert deferred["buyers"][arm].converted == sum(1 for z in zs if z)
+    assert caps == {"revenue": cap, "aov": cap}

@@ -35,11 +35,12 @@ import asyncio
 import itertools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
+    CompoundSelect,
     Float,
     Select,
     and_,
@@ -51,6 +52,7 @@ from sqlalchemy import (
     tablesample,
     text,
     true,
+    union_all,
 )
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import aliased
@@ -75,6 +77,8 @@ class MetricSpec:
     event: str
     aggregation: str  # conversion | count | sum | mean
     cap: float | None = None  # sum and mean: each unit's y (and CUPED x) is at most this
+    # sum and mean: cap at this percentile of the pooled units, resolved by ``arm_moments``
+    percentile: float | None = None
 
 
 def capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
@@ -177,6 +181,32 @@ def _unit_rows(
 
 def _arm_sums(unit_rows: Select[Any], shapes: Sequence[_Shape]) -> Select[Any]:
     per_unit = unit_rows.subquery()
+    return select(per_unit.c.arm, *_sum_columns(per_unit, shapes)).group_by(per_unit.c.arm)
+
+
+def _sums_and_largest(
+    unit_rows: Select[Any], shapes: Sequence[_Shape], largest: Mapping[int, int]
+) -> CompoundSelect[Any]:
+    """The per-arm sums (``part`` 'sums') and, for each metric index in ``largest``, that many
+    units with the largest values (``part`` 'top': ``sc`` holds the index, then y and z), in one
+    statement over one materialised pass of the per-unit rows."""
+    per_unit = unit_rows.cte("per_unit").prefix_with("MATERIALIZED")
+    sums = _sum_columns(per_unit, shapes)
+    parts: list[Select[Any]] = [
+        select(literal("sums").label("part"), per_unit.c.arm, *sums).group_by(per_unit.c.arm)
+    ]
+    for index, count in largest.items():
+        y = per_unit.c[f"y{index}"]
+        z = per_unit.c[f"z{index}"] if shapes[index].has_z else literal(None, Float)
+        values: list[ColumnElement[Any]] = [literal(float(index), Float), y, z]
+        values += [literal(None, Float)] * (len(sums) - len(values))
+        parts.append(
+            select(literal("top"), per_unit.c.arm, *values).order_by(y.desc()).limit(count)
+        )
+    return union_all(*parts)
+
+
+def _sum_columns(per_unit: Any, shapes: Sequence[_Shape]) -> list[ColumnElement[Any]]:
     sums: list[ColumnElement[Any]] = []
     for index, shape in enumerate(shapes):
         y = per_unit.c[f"y{index}"]
@@ -199,7 +229,7 @@ def _arm_sums(unit_rows: Select[Any], shapes: Sequence[_Shape]) -> Select[Any]:
                 func.sum(x * x).label(f"sxx{index}"),
                 func.sum(x * y).label(f"sxy{index}"),
             ]
-    return select(per_unit.c.arm, *sums).group_by(per_unit.c.arm)
+    return sums
 
 
 def _partitions() -> int:
@@ -286,10 +316,33 @@ async def arm_moments(
     metrics: Sequence[MetricSpec],
     *,
     cuped: bool = False,
+    caps: dict[str, float | None] | None = None,
 ) -> dict[str, dict[str, ArmAggregate]]:
-    """``{metric key: {arm: ArmAggregate}}`` for the units exposed to ``subject``."""
+    """``{metric key: {arm: ArmAggregate}}`` for the units exposed to ``subject``.
+
+    Metrics with a ``percentile`` get their cap resolved here (written into ``caps``). On
+    PostgreSQL without CUPED that costs no extra pass: the capped metric's query also returns the
+    j largest per-unit values (see :func:`percentile_cap` for j), the cap is the j-th largest of
+    all ranges', and the sums are corrected for the units above it
+    (Σmin(y, c) = Σy - Σ_{y>c}(y - c), likewise y², yz). Otherwise :func:`percentile_cap` runs
+    first and the sums use the cap directly."""
     if not metrics:
         return {}
+    caps = {} if caps is None else caps
+    engine = session.bind
+    postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
+    if any(m.percentile is not None for m in metrics) and (cuped or not postgres):
+        resolved = []
+        for m in metrics:
+            if m.percentile is not None:
+                cap = await percentile_cap(session, project_id, kind, subject, m, m.percentile)
+                caps[m.key] = cap
+                m = replace(m, cap=cap, percentile=None)
+            resolved.append(m)
+        metrics = resolved
+    for m in metrics:
+        if m.percentile is None and m.cap is not None:
+            caps.setdefault(m.key, m.cap)
     per_arm = (
         select(Exposure.arm, func.count().label("n"))
         .where(
@@ -299,38 +352,58 @@ async def arm_moments(
         )
         .group_by(Exposure.arm)
     )
-    engine = session.bind
-    if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql":
+    if postgres:
+        assert isinstance(engine, AsyncEngine)
         ranges = await _unit_ranges(session, project_id, kind, subject)
         by_event: dict[str, list[MetricSpec]] = {}
         for metric in metrics:
             by_event.setdefault(metric.event, []).append(metric)
         work = [(group, units) for group in by_event.values() for units in ranges]
+        # percentile caps: how many of the largest values decide each (see percentile_cap)
+        deferred = {m.key: m.percentile for m in metrics if m.percentile is not None}
+        exposed_total = 0
+        if deferred:
+            exposed_total = sum(int(n) for _, n in (await session.execute(per_arm)).all())
+        largest = {
+            key: exposed_total - max(1, math.ceil(round(p * exposed_total, 9))) + 1
+            for key, p in deferred.items()
+            if exposed_total > 0
+        }
+
+        def statement(group: list[MetricSpec], units: tuple[str | None, str | None]) -> Any:
+            rows, shapes = _unit_rows(project_id, kind, subject, group, cuped, "postgresql", units)
+            tops = {i: largest[m.key] for i, m in enumerate(group) if m.key in largest}
+            return _sums_and_largest(rows, shapes, tops) if tops else _arm_sums(rows, shapes)
+
         arm_counts, *parts = await _postgres_all(
             engine,
-            [
-                per_arm,  # the unit counts, at once with the sums
-                *(
-                    _arm_sums(
-                        *_unit_rows(project_id, kind, subject, group, cuped, "postgresql", units)
-                    )
-                    for group, units in work
-                ),
-            ],
+            [per_arm, *(statement(group, units) for group, units in work)],
         )
         counts = {row["arm"]: int(row["n"]) for row in arm_counts}
         # back to one row per arm, named by the metric's position in ``metrics``
         position = {id(m): i for i, m in enumerate(metrics)}
         sums: dict[str, dict[str, Any]] = {}
+        top_values: dict[int, list[tuple[str, float, float]]] = {}
         for (group, _), rows in zip(work, parts, strict=True):
             for row in rows:
+                if row.get("part") == "top":
+                    metric = group[int(row["sc0"])]
+                    top_values.setdefault(position[id(metric)], []).append(
+                        (row["arm"], float(row["sy0"]), float(row["syy0"] or 0.0))
+                    )
+                    continue
                 into = sums.setdefault(row["arm"], {})
                 for local, metric in enumerate(group):
                     for name in _SUMS:
                         value = row.get(f"{name}{local}")
                         if value is not None:
                             key = f"{name}{position[id(metric)]}"
-                            into[key] = into.get(key, 0) + value
+                            into[key] = float(into.get(key, 0)) + float(value)
+        for index, metric in enumerate(metrics):
+            if metric.key in deferred:
+                caps[metric.key] = _cap_from_largest(
+                    top_values.get(index, []), largest.get(metric.key), sums, index
+                )
         shapes = [_Shape(m.key, m.aggregation == "mean", cuped) for m in metrics]
     else:
         counts = {arm: int(n) for arm, n in (await session.execute(per_arm)).all()}
@@ -360,6 +433,32 @@ async def arm_moments(
                 ),
             )
     return aggregates
+
+
+def _cap_from_largest(
+    top: list[tuple[str, float, float]],
+    count: int | None,
+    sums: dict[str, dict[str, Any]],
+    index: int,
+) -> float | None:
+    """The cap from the ranges' ``count`` largest (arm, y, z) of metric ``index``, and the
+    uncapped ``sums`` corrected in place for the units above it."""
+    if count is None or len(top) < count:
+        return None
+    top.sort(key=lambda item: item[1], reverse=True)
+    cap = top[count - 1][1]
+    if not (cap > 0 and math.isfinite(cap)):
+        return None
+    for arm, y, z in top[: count - 1]:
+        if y <= cap:
+            break
+        into = sums.setdefault(arm, {})
+        over = y - cap
+        into[f"sy{index}"] = float(into.get(f"sy{index}", 0)) - over
+        into[f"syy{index}"] = float(into.get(f"syy{index}", 0)) - (y * y - cap * cap)
+        if f"syz{index}" in into:
+            into[f"syz{index}"] = float(into[f"syz{index}"]) - over * z
+    return cap
 
 
 async def percentile_cap(

@@ -32,7 +32,6 @@ from control_plane.domain.experiments.aggregates import (
     ArmAggregate,
     MetricSpec,
     arm_moments,
-    percentile_cap,
 )
 
 ALPHA = 0.05
@@ -89,32 +88,36 @@ class MetricDef:
         }
 
 
-async def metric_specs(
-    session: AsyncSession, project_id: str, kind: str, subject: str, metrics: Sequence[MetricDef]
-) -> tuple[list[MetricSpec], dict[str, dict[str, Any]]]:
-    """The SQL specs of ``metrics`` with their caps resolved (a percentile becomes the amount it
-    is over the pooled exposed units now), and per capped metric what was applied."""
-    specs: list[MetricSpec] = []
-    applied: dict[str, dict[str, Any]] = {}
+def metric_specs(metrics: Sequence[MetricDef]) -> list[MetricSpec]:
+    """The SQL specs of ``metrics``: an absolute cap as its amount, a percentile for
+    :func:`arm_moments` (or :func:`percentile_cap`) to resolve."""
+    specs = []
     for m in metrics:
-        spec = MetricSpec(m.key, m.event, m.aggregation)
-        if m.capping is not None and m.capping_value is not None and m.aggregation in CAPPED:
-            cap: float | None = m.capping_value
-            if m.capping == "percentile":
-                cap = await percentile_cap(
-                    session, project_id, kind, subject, spec, m.capping_value
-                )
-            applied[m.key] = {
-                "type": m.capping,
-                "value": m.capping_value,
-                "cap": cap,
-                "note": None
-                if cap is not None
-                else "the percentile is not above 0 (or nothing is exposed): nothing capped",
-            }
-            spec = MetricSpec(m.key, m.event, m.aggregation, cap)
-        specs.append(spec)
-    return specs, applied
+        capped = m.capping is not None and m.capping_value is not None and m.aggregation in CAPPED
+        specs.append(
+            MetricSpec(
+                m.key,
+                m.event,
+                m.aggregation,
+                cap=m.capping_value if capped and m.capping == "absolute" else None,
+                percentile=m.capping_value if capped and m.capping == "percentile" else None,
+            )
+        )
+    return specs
+
+
+def capping_block(metric: MetricDef, cap: float | None) -> dict[str, Any] | None:
+    """What capping did to ``metric`` (``cap``: the amount applied, ``None`` if nothing)."""
+    if metric.capping is None or metric.capping_value is None or metric.aggregation not in CAPPED:
+        return None
+    return {
+        "type": metric.capping,
+        "value": metric.capping_value,
+        "cap": _finite(cap),
+        "note": None
+        if cap is not None
+        else "the percentile is not above 0 (or nothing is exposed): nothing capped",
+    }
 
 
 def _finite(value: float | None) -> float | None:
@@ -211,8 +214,10 @@ async def analyse_subject(
 ) -> dict[str, Any]:
     """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag)."""
     metrics = [primary, *guardrails]
-    specs, capping = await metric_specs(session, project_id, kind, subject, metrics)
-    aggregates = await arm_moments(session, project_id, kind, subject, specs, cuped=cuped)
+    caps: dict[str, float | None] = {}
+    aggregates = await arm_moments(
+        session, project_id, kind, subject, metric_specs(metrics), cuped=cuped, caps=caps
+    )
     exposed = {arm: aggregates[primary.key].get(arm, EMPTY).moments.n for arm in arms}
     srm = srm_check(exposed, weights)
     blocks: dict[str, dict[str, Any]] = {}
@@ -274,7 +279,7 @@ async def analyse_subject(
                 if result.cuped is not None
                 else None
             ),
-            "capping": capping.get(metric.key),
+            "capping": capping_block(metric, caps.get(metric.key)),
             "notes": notes,
         }
     winner, why = decide_winner(

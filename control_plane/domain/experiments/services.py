@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -370,7 +371,8 @@ async def _metric_defs(scope: Scope, row: Experiment) -> tuple[MetricDef, list[M
 async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Timeseries:
     """Cumulative results per UTC day of one metric (the primary unless ``metric`` names a
     guardrail), with the experiment's engine and capping."""
-    from control_plane.domain.experiments.results import ALPHA, metric_specs
+    from control_plane.domain.experiments.aggregates import percentile_cap
+    from control_plane.domain.experiments.results import ALPHA, capping_block, metric_specs
     from control_plane.domain.experiments.timeseries import cumulative_days, day_increments
 
     row = await find(scope, id_or_key)
@@ -383,12 +385,13 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
                 [FieldError("metric", "the key of the experiment's primary metric or a guardrail")]
             )
         chosen = found[0]
-    specs, capping = await metric_specs(
-        scope.session, scope.project_id, "experiment", row.id, [chosen]
-    )
-    increments = await day_increments(
-        scope.session, scope.project_id, "experiment", row.id, specs[0]
-    )
+    spec = metric_specs([chosen])[0]
+    if spec.percentile is not None:
+        cap = await percentile_cap(
+            scope.session, scope.project_id, "experiment", row.id, spec, spec.percentile
+        )
+        spec = replace(spec, cap=cap, percentile=None)
+    increments = await day_increments(scope.session, scope.project_id, "experiment", row.id, spec)
     days = cumulative_days(
         increments,
         arms=[x["key"] for x in row.variants],
@@ -406,7 +409,7 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
         metric=chosen.describe(),
         engine=row.stats_engine,
         control=CONTROL,
-        capping=capping.get(chosen.key),
+        capping=capping_block(chosen, spec.cap),
         days=days,
         notes=notes,
     )
