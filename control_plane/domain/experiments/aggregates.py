@@ -252,7 +252,7 @@ def _planner() -> dict[str, str]:
     }
 
 
-async def _unit_ranges(
+async def unit_ranges(
     session: AsyncSession, project_id: str, kind: str, subject: str
 ) -> list[tuple[str | None, str | None]]:
     """Half-open unit ranges holding about equal numbers of the subject's exposed units.
@@ -292,7 +292,7 @@ async def _unit_ranges(
     return list(itertools.pairwise(bounds))
 
 
-async def _postgres_all(engine: AsyncEngine, statements: Sequence[Executable]) -> list[list[Any]]:
+async def postgres_all(engine: AsyncEngine, statements: Sequence[Executable]) -> list[list[Any]]:
     """Each statement's rows, as many statements at once as there are cores, each on its own
     connection with the planner settings above."""
     gate = asyncio.Semaphore(_partitions())
@@ -354,7 +354,7 @@ async def arm_moments(
     )
     if postgres:
         assert isinstance(engine, AsyncEngine)
-        ranges = await _unit_ranges(session, project_id, kind, subject)
+        ranges = await unit_ranges(session, project_id, kind, subject)
         by_event: dict[str, list[MetricSpec]] = {}
         for metric in metrics:
             by_event.setdefault(metric.event, []).append(metric)
@@ -375,7 +375,7 @@ async def arm_moments(
             tops = {i: largest[m.key] for i, m in enumerate(group) if m.key in largest}
             return _sums_and_largest(rows, shapes, tops) if tops else _arm_sums(rows, shapes)
 
-        arm_counts, *parts = await _postgres_all(
+        arm_counts, *parts = await postgres_all(
             engine,
             [per_arm, *(statement(group, units) for group, units in work)],
         )
@@ -510,8 +510,8 @@ async def percentile_cap(
 
     if postgres:
         assert isinstance(engine, AsyncEngine)
-        ranges = await _unit_ranges(session, project_id, kind, subject)
-        parts = await _postgres_all(engine, [largest(units) for units in ranges])
+        ranges = await unit_ranges(session, project_id, kind, subject)
+        parts = await postgres_all(engine, [largest(units) for units in ranges])
         values = [float(row["y"]) for rows in parts for row in rows]
     else:
         values = [float(v) for v in await session.scalars(largest((None, None)))]

@@ -21,12 +21,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Float, Select, and_, case, cast, func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
 from control_plane.analysis import Moments, SequentialBounds, analyse
 from control_plane.db.models import Event, Exposure
-from control_plane.domain.experiments.aggregates import MetricSpec, capped, value_sum
+from control_plane.domain.experiments.aggregates import (
+    MetricSpec,
+    capped,
+    postgres_all,
+    unit_ranges,
+    value_sum,
+)
 
 DAY_MS = 24 * 3600 * 1000
 _SUMS = ("conv", "sy", "syy", "sz", "szz", "syz")
@@ -40,9 +46,22 @@ class DayIncrement:
 
 
 def _increments_query(
-    project_id: str, kind: str, subject: str, metric: MetricSpec, dialect: str
+    project_id: str,
+    kind: str,
+    subject: str,
+    metric: MetricSpec,
+    dialect: str,
+    units: tuple[str | None, str | None] = (None, None),
 ) -> Select[Any]:
     day = (Event.ts // DAY_MS).label("day")
+    where = and_(
+        Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
+    )
+    low, high = units
+    if low is not None:  # on both sides, so that both index scans start at the range
+        where = and_(where, Exposure.unit >= low, Event.unit >= low)
+    if high is not None:
+        where = and_(where, Exposure.unit < high, Event.unit < high)
     unit_days = (
         select(
             Exposure.unit.label("unit"),
@@ -61,11 +80,7 @@ def _increments_query(
                 Event.ts >= Exposure.exposed_at,
             ),
         )
-        .where(
-            Exposure.project_id == project_id,
-            Exposure.kind == kind,
-            Exposure.subject == subject,
-        )
+        .where(where)
         .group_by(Exposure.unit, day)
         .subquery()
     )
@@ -127,18 +142,28 @@ async def day_increments(
     exposed: dict[tuple[int, str], int] = {
         (int(day), arm): int(n) for arm, day, n in exposures.all()
     }
-    rows = (
-        await session.execute(_increments_query(project_id, kind, subject, metric, dialect))
-    ).mappings()
-    sums: dict[tuple[int, str], Mapping[str, Any]] = {
-        (int(row["day"]), row["arm"]): row for row in rows
-    }
+    if isinstance(bind, AsyncEngine) and dialect == "postgresql":
+        # unit ranges at once, as for the results (the sums of the ranges add up)
+        ranges = await unit_ranges(session, project_id, kind, subject)
+        parts = await postgres_all(
+            bind,
+            [_increments_query(project_id, kind, subject, metric, dialect, r) for r in ranges],
+        )
+        rows: list[Mapping[str, Any]] = [row for part in parts for row in part]
+    else:
+        query = _increments_query(project_id, kind, subject, metric, dialect)
+        rows = list((await session.execute(query)).mappings())
+    sums: dict[tuple[int, str], dict[str, float]] = {}
+    for row in rows:
+        into = sums.setdefault((int(row["day"]), row["arm"]), {})
+        for name in _SUMS:
+            into[name] = into.get(name, 0.0) + float(row.get(name) or 0.0)
     out: dict[int, dict[str, DayIncrement]] = {}
     for day, arm in sorted(set(exposed) | set(sums)):
         row = sums.get((day, arm), {})
 
-        def get(name: str, row: Mapping[str, Any] = row) -> float:
-            return float(row.get(name) or 0.0)
+        def get(name: str, row: Mapping[str, float] = row) -> float:
+            return row.get(name, 0.0)
 
         out.setdefault(day, {})[arm] = DayIncrement(
             exposed=exposed.get((day, arm), 0),
