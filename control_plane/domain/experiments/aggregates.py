@@ -354,16 +354,21 @@ async def arm_moments(
     )
     if postgres:
         assert isinstance(engine, AsyncEngine)
-        ranges = await unit_ranges(session, project_id, kind, subject)
+        # percentile caps: how many of the largest values decide each (see percentile_cap);
+        # that needs the unit count first, counted while the unit ranges are sampled
+        deferred = {m.key: m.percentile for m in metrics if m.percentile is not None}
+        counted: list[Any] | None = None
+        if deferred:
+            (counted,), ranges = await asyncio.gather(
+                postgres_all(engine, [per_arm]), unit_ranges(session, project_id, kind, subject)
+            )
+        else:
+            ranges = await unit_ranges(session, project_id, kind, subject)
         by_event: dict[str, list[MetricSpec]] = {}
         for metric in metrics:
             by_event.setdefault(metric.event, []).append(metric)
         work = [(group, units) for group in by_event.values() for units in ranges]
-        # percentile caps: how many of the largest values decide each (see percentile_cap)
-        deferred = {m.key: m.percentile for m in metrics if m.percentile is not None}
-        exposed_total = 0
-        if deferred:
-            exposed_total = sum(int(n) for _, n in (await session.execute(per_arm)).all())
+        exposed_total = sum(int(row["n"]) for row in counted or [])
         largest = {
             key: exposed_total - max(1, math.ceil(round(p * exposed_total, 9))) + 1
             for key, p in deferred.items()
@@ -375,11 +380,12 @@ async def arm_moments(
             tops = {i: largest[m.key] for i, m in enumerate(group) if m.key in largest}
             return _sums_and_largest(rows, shapes, tops) if tops else _arm_sums(rows, shapes)
 
-        arm_counts, *parts = await postgres_all(
-            engine,
-            [per_arm, *(statement(group, units) for group, units in work)],
-        )
-        counts = {row["arm"]: int(row["n"]) for row in arm_counts}
+        statements = [statement(group, units) for group, units in work]
+        if counted is None:  # the unit counts, at once with the sums
+            counted, *parts = await postgres_all(engine, [per_arm, *statements])
+        else:
+            parts = await postgres_all(engine, statements)
+        counts = {row["arm"]: int(row["n"]) for row in counted}
         # back to one row per arm, named by the metric's position in ``metrics``
         position = {id(m): i for i, m in enumerate(metrics)}
         sums: dict[str, dict[str, Any]] = {}
