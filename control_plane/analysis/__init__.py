@@ -16,7 +16,14 @@ from .decision import decide_winner, effect_sign
 from .frequentist import frequentist
 from .moments import ArmSummary, Moments, combine, moments_from_values, summarise
 from .multiplicity import holm, holm_by_key
-from .results import AnalysisResult, Comparison, Direction, Engine, IntervalKind
+from .results import (
+    AnalysisResult,
+    Comparison,
+    Direction,
+    Engine,
+    IntervalKind,
+    SequentialBounds,
+)
 from .sequential import (
     DEFAULT_MIXING_SD,
     confidence_sequence,
@@ -39,6 +46,7 @@ __all__ = [
     "Engine",
     "IntervalKind",
     "Moments",
+    "SequentialBounds",
     "SrmResult",
     "analyse",
     "bayesian",
@@ -74,6 +82,7 @@ def analyse(
     mixing_sd: float = DEFAULT_MIXING_SD,
     tau2: float | None = None,
     previous_p_values: Mapping[str, float | None] | None = None,
+    previous_bounds: Mapping[str, SequentialBounds] | None = None,
 ) -> AnalysisResult:
     """Run the named engine; engine-specific settings are ignored by the other engines."""
     if engine == "frequentist":
@@ -99,5 +108,6 @@ def analyse(
             mixing_sd=mixing_sd,
             tau2=tau2,
             previous_p_values=previous_p_values,
+            previous_bounds=previous_bounds,
         )
     raise ValueError(f"unknown stats engine {engine!r}")

@@ -91,9 +91,13 @@ def prepare(
 class PairStats:
     """Treatment minus control.
 
-    ``variance`` = se²_t + se²_c (the Welch variance of the difference); the relative uplift
-    r - 1 = m_t / m_c - 1 has, by the delta method,
-    Var = se²_t / m_c² + m_t² se²_c / m_c⁴  (= r² (se²_t/m_t² + se²_c/m_c²) when m_t ≠ 0).
+    ``variance`` = se²_t + se²_c (the Welch variance of the difference). The relative effect is
+    taken against the size of the baseline, δ = (m_t - m_c) / |m_c| (= m_t/m_c - 1 for a positive
+    control mean; gbstats' definition), so its sign is always the sign of the difference. Its
+    variance is the delta method's, Var = se²_t / m_c² + m_t² se²_c / m_c⁴, but never less than
+    the difference's own, (se²_t + se²_c) / m_c²: the relative interval is then never narrower
+    than the test's scale, so it excludes 0 only when the difference does (and a zero-variance
+    arm, e.g. no conversions, no longer gives a zero-width interval).
     """
 
     difference: float
@@ -113,8 +117,9 @@ def pair_stats(control: Estimate, treatment: Estimate) -> PairStats:
     relative = relative_variance = None
     mc = control.mean
     if mc != 0 and math.isfinite(1.0 / mc):
-        relative = treatment.mean / mc - 1.0
-        relative_variance = a / (mc * mc) + treatment.mean**2 * b / mc**4
+        mc2 = mc * mc
+        relative = (treatment.mean - mc) / abs(mc)
+        relative_variance = max(a / mc2 + treatment.mean**2 * b / (mc2 * mc2), variance / mc2)
     return PairStats(
         treatment.mean - control.mean, variance, df, relative, relative_variance, treatment, control
     )
@@ -153,3 +158,17 @@ def pairs(prepared: Prepared) -> dict[str, tuple[PairStats | str, float | None]]
                 )
             out[key] = (pair, reduction)
     return out
+
+
+NEGATIVE_BASELINE = (
+    "the control mean is negative: relative effects are (treatment - control) / |control|, so a "
+    "positive uplift means the treatment is higher"
+)
+
+
+def baseline_notes(prepared: Prepared) -> tuple[str, ...]:
+    """Notes on the control's baseline that change how a relative number reads."""
+    c = prepared.control_estimate
+    if isinstance(c, Estimate) and c.mean < 0:
+        return (NEGATIVE_BASELINE,)
+    return ()

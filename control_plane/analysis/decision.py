@@ -10,13 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .results import Comparison, Direction
+from .results import Comparison, Direction, interval_sign
 
 CONTROL = "control"
 
 
 def effect_sign(c: Comparison) -> int:
-    """+1 / -1 / 0: the sign of the uplift, or of the difference if the uplift is undefined."""
+    """+1 / -1 / 0: the side of 0 the comparison's intervals lie on; without intervals, the sign
+    of the uplift, or of the difference if the uplift is undefined."""
+    sign = interval_sign(
+        {
+            "ci_low": c.ci_low,
+            "ci_high": c.ci_high,
+            "difference_ci_low": c.difference_ci_low,
+            "difference_ci_high": c.difference_ci_high,
+        }
+    )
+    if sign or c.ci_low is not None or c.difference_ci_low is not None:
+        return sign
     value = c.uplift if c.uplift is not None else c.difference
     if value is None or value == 0:
         return 0

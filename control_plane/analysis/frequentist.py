@@ -23,7 +23,7 @@ from typing import Any
 
 from scipy import special
 
-from .arms import PairStats, pairs, prepare
+from .arms import PairStats, baseline_notes, pairs, prepare
 from .moments import Moments
 from .results import AnalysisResult, build_comparisons, guarded
 
@@ -99,5 +99,5 @@ def frequentist(
         treatments=prepared.treatments,
         comparisons=build_comparisons(fields, alpha=alpha, holm=True),
         cuped=prepared.cuped,
-        notes=prepared.notes,
+        notes=prepared.notes + baseline_notes(prepared),
     )

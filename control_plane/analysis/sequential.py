@@ -27,12 +27,28 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from .arms import Estimate, PairStats, pairs, prepare
+from .arms import Estimate, PairStats, baseline_notes, pairs, prepare
 from .frequentist import check_alpha
 from .moments import Moments
-from .results import AnalysisResult, build_comparisons, guarded
+from .results import AnalysisResult, SequentialBounds, build_comparisons, guarded
 
 DEFAULT_MIXING_SD = 0.05
+
+NO_OVERLAP = (
+    "the always-valid p-value rejects 'no difference', but the confidence sequences of earlier "
+    "looks and this one do not overlap (the effect changed over time): no direction can be "
+    "claimed, so this is not significant"
+)
+
+
+def _intersect(
+    low: float, high: float, previous: tuple[float | None, float | None]
+) -> tuple[float, float]:
+    before_low, before_high = previous
+    return (
+        low if before_low is None else max(low, before_low),
+        high if before_high is None else min(high, before_high),
+    )
 
 
 def msprt_p_value_from_stats(difference: float, variance: float, tau2: float) -> float:
@@ -57,7 +73,12 @@ def _tau2(raw_t: Estimate | str, raw_c: Estimate | str, pair: PairStats, mixing_
 
 
 def _compare(
-    pair: PairStats, tau2: float, *, alpha: float, previous: float | None
+    pair: PairStats,
+    tau2: float,
+    *,
+    alpha: float,
+    previous: float | None,
+    bounds: SequentialBounds,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "engine": "sequential",
@@ -78,24 +99,38 @@ def _compare(
         p = min(p, previous)
     half = confidence_sequence_halfwidth(pair.variance, tau2, alpha)
     se = math.sqrt(pair.variance)
+    d_low, d_high = _intersect(
+        pair.difference - half,
+        pair.difference + half,
+        (bounds.difference_low, bounds.difference_high),
+    )
     out |= {
-        "difference_ci_low": pair.difference - half,
-        "difference_ci_high": pair.difference + half,
         "std_error": se,
         "statistic": pair.difference / se,
         "p_value": p,
         "always_valid_p_value": p,
+        "bounds": SequentialBounds(bounds.ci_low, bounds.ci_high, d_low, d_high),
     }
+    if d_low > d_high:
+        out["reason"] = NO_OVERLAP
+        return out
+    out |= {"difference_ci_low": d_low, "difference_ci_high": d_high}
     if pair.relative is None or not pair.relative_variance:
         out["reason"] = "control mean is zero: relative uplift is undefined"
         return out
     mc2 = pair.control.mean * pair.control.mean
     rel_half = confidence_sequence_halfwidth(pair.relative_variance, tau2 / mc2, alpha)
-    out |= {
-        "uplift": 100.0 * pair.relative,
-        "ci_low": 100.0 * (pair.relative - rel_half),
-        "ci_high": 100.0 * (pair.relative + rel_half),
-    }
+    low, high = _intersect(
+        100.0 * (pair.relative - rel_half),
+        100.0 * (pair.relative + rel_half),
+        (bounds.ci_low, bounds.ci_high),
+    )
+    out["bounds"] = SequentialBounds(low, high, d_low, d_high)
+    out["uplift"] = 100.0 * pair.relative
+    if low > high:
+        out["reason"] = NO_OVERLAP
+        return out
+    out |= {"ci_low": low, "ci_high": high}
     return out
 
 
@@ -117,13 +152,19 @@ def sequential(
     mixing_sd: float = DEFAULT_MIXING_SD,
     tau2: float | None = None,
     previous_p_values: Mapping[str, float | None] | None = None,
+    previous_bounds: Mapping[str, SequentialBounds] | None = None,
 ) -> AnalysisResult:
     """mSPRT always-valid p-values (running minimum with ``previous_p_values``), Holm across
     arms, and confidence sequences for the relative uplift (``ci_*``) and the difference
-    (``difference_ci_*``). See the module docstring for the formulas and the reference."""
+    (``difference_ci_*``), intersected with the earlier looks' (``previous_bounds``; store
+    ``result.sequential_bounds`` for the next look). A comparison is significant only when the
+    intersection lies wholly on one side of 0, which is also the direction it reports. See the
+    module docstring for the formulas and the reference."""
     _check(alpha, mixing_sd, tau2)
     prepared = prepare(control, treatments, ratio=ratio, cuped=cuped)
     previous = previous_p_values or {}
+    earlier = previous_bounds or {}
+    kept: dict[str, SequentialBounds] = {}
     fields: dict[str, dict[str, Any]] = {}
     for key, (pair, reduction) in pairs(prepared).items():
         prev = previous.get(key)
@@ -142,7 +183,14 @@ def sequential(
             else _tau2(prepared.raw_estimates[key], prepared.raw_control_estimate, pair, mixing_sd)
         )
         fields[key] = guarded(
-            partial(_compare, pair, t2, alpha=alpha, previous=prev),
+            partial(
+                _compare,
+                pair,
+                t2,
+                alpha=alpha,
+                previous=prev,
+                bounds=earlier.get(key, SequentialBounds()),
+            ),
             {
                 "engine": "sequential",
                 "interval": "confidence_sequence",
@@ -151,6 +199,7 @@ def sequential(
             },
         )
         fields[key]["variance_reduction"] = reduction
+        kept[key] = fields[key].pop("bounds", None) or earlier.get(key, SequentialBounds())
     return AnalysisResult(
         engine="sequential",
         alpha=alpha,
@@ -159,7 +208,8 @@ def sequential(
         treatments=prepared.treatments,
         comparisons=build_comparisons(fields, alpha=alpha, holm=True),
         cuped=prepared.cuped,
-        notes=prepared.notes,
+        notes=prepared.notes + baseline_notes(prepared),
+        sequential_bounds=kept,
     )
 
 

@@ -223,6 +223,10 @@ class Metric(Base):
     direction: Mapped[str] = mapped_column(String(8))  # higher | lower
     format: Mapped[str] = mapped_column(String(32), default="")
     description: Mapped[str] = mapped_column(Text, default="")
+    # outlier capping of sum and mean metrics: each unit's value at most ``capping_value``
+    # (absolute) or at that percentile of the pooled units (percentile, 0 < value < 1)
+    capping: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    capping_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -275,7 +279,9 @@ class Exposure(Base):
 
 
 class SequentialLook(Base):
-    """Running minimum of always-valid p-values across looks (keeps them monotone)."""
+    """Running minimum of always-valid p-values across looks (keeps them monotone) and the
+    running intersection of the confidence sequences (relative in percent, and absolute; null is
+    unbounded), from which a decision takes its direction."""
 
     __tablename__ = "sequential_looks"
 
@@ -284,6 +290,10 @@ class SequentialLook(Base):
     arm: Mapped[str] = mapped_column(String(128), primary_key=True)
     min_p_value: Mapped[float] = mapped_column(Float)
     looks: Mapped[int] = mapped_column(Integer, default=0)
+    ci_low: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ci_high: Mapped[float | None] = mapped_column(Float, nullable=True)
+    difference_low: Mapped[float | None] = mapped_column(Float, nullable=True)
+    difference_high: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class FlagMetric(Base):

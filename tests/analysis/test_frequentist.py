@@ -50,7 +50,10 @@ def test_welch_p_value_agrees_with_scipy(seed: int, n_c: int, n_t: int, kind: st
     assert abs(c.p_value - raw.pvalue) < 1e-6
     assert c.statistic == pytest.approx(t_ref, rel=1e-8)
     assert c.p_value_adjusted == c.p_value  # one treatment: Holm changes nothing
-    assert c.significant == (p_ref < 0.05)
+    # significant: Welch p < alpha and the relative interval on the same side of 0
+    assert c.ci_low is not None
+    assert c.ci_high is not None
+    assert c.significant == (p_ref < 0.05 and (c.ci_low > 0 or c.ci_high < 0))
     assert c.difference == pytest.approx(b.mean() - a.mean(), rel=1e-9)
 
 
@@ -122,7 +125,7 @@ def test_ratio_metric_z_test_on_linearised_values() -> None:
 def test_holm_decides_significance_across_arms() -> None:
     # Two arms with raw p ≈ 0.030 and 0.034: each < 0.05 alone, but Holm doubles the smaller one.
     control = Moments(10_000, 1_000, 1_000)
-    arms = {"b": Moments(10_000, 1_087, 1_087), "c": Moments(10_000, 1_085, 1_085)}
+    arms = {"b": Moments(10_000, 1_094, 1_094), "c": Moments(10_000, 1_092, 1_092)}
     res = frequentist(control, arms)
     b, c = res.comparisons["b"], res.comparisons["c"]
     assert b.p_value is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections import defaultdict
 from dataclasses import astuple
@@ -149,3 +150,113 @@ def test_arm_moments_match_raw_computation(
                 metric.key,
                 arm,
             )
+
+
+@pytest.mark.parametrize("ranges", [1, 3])
+@pytest.mark.parametrize("percentile", [0.5, 0.8, 0.97])
+def test_percentile_cap_and_capped_moments_match_raw_computation(
+    database_url: str, ranges: int, percentile: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The percentile over all exposed units (zeros for units without events), exact across unit
+    ranges queried at once; the capped sums equal those of min(y, cap) per unit."""
+    monkeypatch.setattr(aggregates, "_MIN_UNITS_PER_RANGE", 1)
+    monkeypatch.setenv("VANE_ANALYSIS_PARTITIONS", str(ranges))
+    upgrade(database_url)
+    rng = random.Random(percentile)
+    exposures = {f"u{i}": (rng.choice(["control", "b"]), 1_000 + i) for i in range(300)}
+    events = [
+        (unit, "purchase", rng.randrange(-50, 5_000), at + 1 + k)
+        for unit, (_, at) in exposures.items()
+        if rng.random() < 0.7
+        for k in range(rng.randrange(1, 4))
+    ]
+    revenue = MetricSpec("revenue", "purchase", "sum")
+
+    async def run() -> tuple[
+        float | None,
+        dict[str, ArmAggregate],
+        dict[str, dict[str, ArmAggregate]],
+        dict[str, float | None],
+    ]:
+        engine = make_async_engine(database_url)
+        try:
+            async with async_sessionmaker(engine)() as session:
+                session.add(Project(id="prj_cap", key="cap", name="cap"))
+                await session.flush()
+                session.add_all(
+                    Exposure(
+                        project_id="prj_cap",
+                        kind="experiment",
+                        subject="exp_cap",
+                        unit=u,
+                        arm=a,
+                        exposed_at=at,
+                    )
+                    for u, (a, at) in exposures.items()
+                )
+                session.add_all(
+                    Event(
+                        project_id="prj_cap",
+                        event_id=f"e{i}",
+                        unit=u,
+                        event=n,
+                        value=v,
+                        ts=ts,
+                        received_at=ts,
+                        source="server",
+                    )
+                    for i, (u, n, v, ts) in enumerate(events)
+                )
+                await session.commit()
+                cap = await aggregates.percentile_cap(
+                    session, "prj_cap", "experiment", "exp_cap", revenue, percentile
+                )
+                capped = MetricSpec("revenue", "purchase", "sum", cap)
+                got = await arm_moments(session, "prj_cap", "experiment", "exp_cap", [capped])
+                # the cap resolved inside arm_moments (one pass on PostgreSQL), a ratio too
+                caps: dict[str, float | None] = {}
+                deferred = await arm_moments(
+                    session,
+                    "prj_cap",
+                    "experiment",
+                    "exp_cap",
+                    [
+                        MetricSpec("revenue", "purchase", "sum", percentile=percentile),
+                        MetricSpec("aov", "purchase", "mean", percentile=percentile),
+                        MetricSpec("buyers", "purchase", "conversion"),
+                    ],
+                    caps=caps,
+                )
+                return cap, got["revenue"], deferred, caps
+        finally:
+            await engine.dispose()
+
+    cap, got, deferred, caps = asyncio.run(run())
+    per_unit: dict[str, float] = defaultdict(float)
+    for unit, _, value, _ in events:
+        per_unit[unit] += value
+    values = sorted(per_unit.get(u, 0.0) for u in exposures)
+    k = max(1, math.ceil(round(percentile * len(values), 9)))
+    want = values[k - 1]
+    assert cap == (want if want > 0 else None)
+    for arm in ("control", "b"):
+        ys = [
+            min(per_unit.get(u, 0.0), cap or float("inf"))
+            for u, (a, _) in exposures.items()
+            if a == arm
+        ]
+        assert got[arm].moments.sum_y == pytest.approx(sum(ys))
+        assert got[arm].moments.sum_y2 == pytest.approx(sum(y * y for y in ys))
+        assert astuple(deferred["revenue"][arm].moments) == pytest.approx(astuple(got[arm].moments))
+        zs = [
+            float(sum(1 for e in events if e[0] == u))
+            for u, (a, _) in exposures.items()
+            if a == arm
+        ]
+        ratio = deferred["aov"][arm].moments
+        assert ratio.sum_y == pytest.approx(sum(ys))
+        assert ratio.sum_y2 == pytest.approx(sum(y * y for y in ys))
+        assert ratio.sum_z == pytest.approx(sum(zs))
+        assert ratio.sum_yz == pytest.approx(sum(y * z for y, z in zip(ys, zs, strict=True)))
+        assert deferred["buyers"][arm].converted == sum(1 for z in zs if z)
+    assert caps == {"revenue": cap, "aov": cap}

@@ -33,12 +33,27 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Float, Select, and_, case, cast, func, select, tablesample, text, true
+from sqlalchemy import (
+    CompoundSelect,
+    Float,
+    Select,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+    tablesample,
+    text,
+    true,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Executable
@@ -61,6 +76,17 @@ class MetricSpec:
     key: str
     event: str
     aggregation: str  # conversion | count | sum | mean
+    cap: float | None = None  # sum and mean: each unit's y (and CUPED x) is at most this
+    # sum and mean: cap at this percentile of the pooled units, resolved by ``arm_moments``
+    percentile: float | None = None
+
+
+def capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
+    """``min(value, cap)`` in SQL (a CASE: the same on both databases)."""
+    if cap is None:
+        return value
+    bound = literal(cap, Float)
+    return case((value > bound, bound), else_=value)
 
 
 _SUMS = ("sc", "sy", "syy", "sz", "szz", "syz", "sx", "sxx", "sxy")
@@ -76,19 +102,25 @@ class _Shape:
 _ALWAYS = true()  # passed by identity: "no condition"
 
 
+def value_sum(dialect: str, values: ColumnElement[Any]) -> ColumnElement[Any]:
+    """A sum of event values that cannot overflow: PostgreSQL's ``sum(bigint)`` is ``numeric``
+    (exact, unbounded); SQLite's ``sum`` of integers raises past 2^63, its ``total`` is a double."""
+    return func.total(values) if dialect == "sqlite" else func.sum(values)
+
+
 def _per_unit(
-    metric: MetricSpec, during: ColumnElement[bool], only_event: bool
+    metric: MetricSpec, during: ColumnElement[bool], only_event: bool, dialect: str
 ) -> tuple[ColumnElement[float], ColumnElement[float] | None, ColumnElement[float]]:
     """(y, z, converted) per unit for ``metric`` over the joined events where ``during`` holds;
     ``only_event``: every joined event has the metric's name (no per-row name test)."""
     matches = during if only_event else and_(Event.event == metric.event, during)
     if only_event and during is _ALWAYS:  # every joined row counts: no CASE per row
         count: ColumnElement[Any] = func.count()
-        total: ColumnElement[Any] = func.sum(func.coalesce(Event.value, 0))
+        total: ColumnElement[Any] = value_sum(dialect, func.coalesce(Event.value, 0))
         converted: ColumnElement[Any] = func.max(1)
     else:
         count = func.sum(case((matches, 1), else_=0))
-        total = func.sum(case((matches, func.coalesce(Event.value, 0)), else_=0))
+        total = value_sum(dialect, case((matches, func.coalesce(Event.value, 0)), else_=0))
         converted = func.max(case((matches, 1), else_=0))
     y = {"conversion": converted, "count": count}.get(metric.aggregation, total)
     z = cast(count, Float) if metric.aggregation == "mean" else None  # mean: ratio of sums
@@ -101,6 +133,7 @@ def _unit_rows(
     subject: str,
     metrics: Sequence[MetricSpec],
     cuped: bool,
+    dialect: str,
     units: tuple[str | None, str | None] = (None, None),
 ) -> tuple[Select[Any], list[_Shape]]:
     """One row per exposed unit (in ``units``, a half-open range) that has matching events: its
@@ -113,14 +146,14 @@ def _unit_rows(
     columns: list[ColumnElement[Any]] = []
     shapes: list[_Shape] = []
     for index, metric in enumerate(metrics):
-        y, z, converted = _per_unit(metric, after, len(names) == 1)
+        y, z, converted = _per_unit(metric, after, len(names) == 1, dialect)
         columns.append(converted.label(f"c{index}"))
-        columns.append(y.label(f"y{index}"))
+        columns.append(capped(y, metric.cap).label(f"y{index}"))
         if z is not None:
             columns.append(z.label(f"z{index}"))
         if cuped:
-            x, _, _ = _per_unit(metric, before, len(names) == 1)
-            columns.append(x.label(f"x{index}"))
+            x, _, _ = _per_unit(metric, before, len(names) == 1, dialect)
+            columns.append(capped(x, metric.cap).label(f"x{index}"))
         shapes.append(_Shape(metric.key, z is not None, cuped))
     joined = and_(
         Event.project_id == Exposure.project_id,
@@ -148,6 +181,32 @@ def _unit_rows(
 
 def _arm_sums(unit_rows: Select[Any], shapes: Sequence[_Shape]) -> Select[Any]:
     per_unit = unit_rows.subquery()
+    return select(per_unit.c.arm, *_sum_columns(per_unit, shapes)).group_by(per_unit.c.arm)
+
+
+def _sums_and_largest(
+    unit_rows: Select[Any], shapes: Sequence[_Shape], largest: Mapping[int, int]
+) -> CompoundSelect[Any]:
+    """The per-arm sums (``part`` 'sums') and, for each metric index in ``largest``, that many
+    units with the largest values (``part`` 'top': ``sc`` holds the index, then y and z), in one
+    statement over one materialised pass of the per-unit rows."""
+    per_unit = unit_rows.cte("per_unit").prefix_with("MATERIALIZED")
+    sums = _sum_columns(per_unit, shapes)
+    parts: list[Select[Any]] = [
+        select(literal("sums").label("part"), per_unit.c.arm, *sums).group_by(per_unit.c.arm)
+    ]
+    for index, count in largest.items():
+        y = per_unit.c[f"y{index}"]
+        z = per_unit.c[f"z{index}"] if shapes[index].has_z else literal(None, Float)
+        values: list[ColumnElement[Any]] = [literal(float(index), Float), y, z]
+        values += [literal(None, Float)] * (len(sums) - len(values))
+        parts.append(
+            select(literal("top"), per_unit.c.arm, *values).order_by(y.desc()).limit(count)
+        )
+    return union_all(*parts)
+
+
+def _sum_columns(per_unit: Any, shapes: Sequence[_Shape]) -> list[ColumnElement[Any]]:
     sums: list[ColumnElement[Any]] = []
     for index, shape in enumerate(shapes):
         y = per_unit.c[f"y{index}"]
@@ -170,7 +229,7 @@ def _arm_sums(unit_rows: Select[Any], shapes: Sequence[_Shape]) -> Select[Any]:
                 func.sum(x * x).label(f"sxx{index}"),
                 func.sum(x * y).label(f"sxy{index}"),
             ]
-    return select(per_unit.c.arm, *sums).group_by(per_unit.c.arm)
+    return sums
 
 
 def _partitions() -> int:
@@ -193,7 +252,7 @@ def _planner() -> dict[str, str]:
     }
 
 
-async def _unit_ranges(
+async def unit_ranges(
     session: AsyncSession, project_id: str, kind: str, subject: str
 ) -> list[tuple[str | None, str | None]]:
     """Half-open unit ranges holding about equal numbers of the subject's exposed units.
@@ -233,7 +292,7 @@ async def _unit_ranges(
     return list(itertools.pairwise(bounds))
 
 
-async def _postgres_all(engine: AsyncEngine, statements: Sequence[Executable]) -> list[list[Any]]:
+async def postgres_all(engine: AsyncEngine, statements: Sequence[Executable]) -> list[list[Any]]:
     """Each statement's rows, as many statements at once as there are cores, each on its own
     connection with the planner settings above."""
     gate = asyncio.Semaphore(_partitions())
@@ -257,10 +316,33 @@ async def arm_moments(
     metrics: Sequence[MetricSpec],
     *,
     cuped: bool = False,
+    caps: dict[str, float | None] | None = None,
 ) -> dict[str, dict[str, ArmAggregate]]:
-    """``{metric key: {arm: ArmAggregate}}`` for the units exposed to ``subject``."""
+    """``{metric key: {arm: ArmAggregate}}`` for the units exposed to ``subject``.
+
+    Metrics with a ``percentile`` get their cap resolved here (written into ``caps``). On
+    PostgreSQL without CUPED that costs no extra pass: the capped metric's query also returns the
+    j largest per-unit values (see :func:`percentile_cap` for j), the cap is the j-th largest of
+    all ranges', and the sums are corrected for the units above it
+    (Σmin(y, c) = Σy - Σ_{y>c}(y - c), likewise y², yz). Otherwise :func:`percentile_cap` runs
+    first and the sums use the cap directly."""
     if not metrics:
         return {}
+    caps = {} if caps is None else caps
+    engine = session.bind
+    postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
+    if any(m.percentile is not None for m in metrics) and (cuped or not postgres):
+        resolved = []
+        for m in metrics:
+            if m.percentile is not None:
+                cap = await percentile_cap(session, project_id, kind, subject, m, m.percentile)
+                caps[m.key] = cap
+                m = replace(m, cap=cap, percentile=None)
+            resolved.append(m)
+        metrics = resolved
+    for m in metrics:
+        if m.percentile is None and m.cap is not None:
+            caps.setdefault(m.key, m.cap)
     per_arm = (
         select(Exposure.arm, func.count().label("n"))
         .where(
@@ -270,40 +352,68 @@ async def arm_moments(
         )
         .group_by(Exposure.arm)
     )
-    engine = session.bind
-    if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql":
-        ranges = await _unit_ranges(session, project_id, kind, subject)
+    if postgres:
+        assert isinstance(engine, AsyncEngine)
+        # percentile caps: how many of the largest values decide each (see percentile_cap);
+        # that needs the unit count first, counted while the unit ranges are sampled
+        deferred = {m.key: m.percentile for m in metrics if m.percentile is not None}
+        counted: list[Any] | None = None
+        if deferred:
+            (counted,), ranges = await asyncio.gather(
+                postgres_all(engine, [per_arm]), unit_ranges(session, project_id, kind, subject)
+            )
+        else:
+            ranges = await unit_ranges(session, project_id, kind, subject)
         by_event: dict[str, list[MetricSpec]] = {}
         for metric in metrics:
             by_event.setdefault(metric.event, []).append(metric)
         work = [(group, units) for group in by_event.values() for units in ranges]
-        arm_counts, *parts = await _postgres_all(
-            engine,
-            [
-                per_arm,  # the unit counts, at once with the sums
-                *(
-                    _arm_sums(*_unit_rows(project_id, kind, subject, group, cuped, units))
-                    for group, units in work
-                ),
-            ],
-        )
-        counts = {row["arm"]: int(row["n"]) for row in arm_counts}
+        exposed_total = sum(int(row["n"]) for row in counted or [])
+        largest = {
+            key: exposed_total - max(1, math.ceil(round(p * exposed_total, 9))) + 1
+            for key, p in deferred.items()
+            if exposed_total > 0
+        }
+
+        def statement(group: list[MetricSpec], units: tuple[str | None, str | None]) -> Any:
+            rows, shapes = _unit_rows(project_id, kind, subject, group, cuped, "postgresql", units)
+            tops = {i: largest[m.key] for i, m in enumerate(group) if m.key in largest}
+            return _sums_and_largest(rows, shapes, tops) if tops else _arm_sums(rows, shapes)
+
+        statements = [statement(group, units) for group, units in work]
+        if counted is None:  # the unit counts, at once with the sums
+            counted, *parts = await postgres_all(engine, [per_arm, *statements])
+        else:
+            parts = await postgres_all(engine, statements)
+        counts = {row["arm"]: int(row["n"]) for row in counted}
         # back to one row per arm, named by the metric's position in ``metrics``
         position = {id(m): i for i, m in enumerate(metrics)}
         sums: dict[str, dict[str, Any]] = {}
+        top_values: dict[int, list[tuple[str, float, float]]] = {}
         for (group, _), rows in zip(work, parts, strict=True):
             for row in rows:
+                if row.get("part") == "top":
+                    metric = group[int(row["sc0"])]
+                    top_values.setdefault(position[id(metric)], []).append(
+                        (row["arm"], float(row["sy0"]), float(row["syy0"] or 0.0))
+                    )
+                    continue
                 into = sums.setdefault(row["arm"], {})
                 for local, metric in enumerate(group):
                     for name in _SUMS:
                         value = row.get(f"{name}{local}")
                         if value is not None:
                             key = f"{name}{position[id(metric)]}"
-                            into[key] = into.get(key, 0) + value
+                            into[key] = float(into.get(key, 0)) + float(value)
+        for index, metric in enumerate(metrics):
+            if metric.key in deferred:
+                caps[metric.key] = _cap_from_largest(
+                    top_values.get(index, []), largest.get(metric.key), sums, index
+                )
         shapes = [_Shape(m.key, m.aggregation == "mean", cuped) for m in metrics]
     else:
         counts = {arm: int(n) for arm, n in (await session.execute(per_arm)).all()}
-        unit_rows, shapes = _unit_rows(project_id, kind, subject, metrics, cuped)
+        unit_rows, shapes = _unit_rows(project_id, kind, subject, metrics, cuped, "sqlite")
         result = await session.execute(_arm_sums(unit_rows, shapes))
         sums = {row["arm"]: dict(row) for row in result.mappings()}
     aggregates: dict[str, dict[str, ArmAggregate]] = {shape.key: {} for shape in shapes}
@@ -329,3 +439,90 @@ async def arm_moments(
                 ),
             )
     return aggregates
+
+
+def _cap_from_largest(
+    top: list[tuple[str, float, float]],
+    count: int | None,
+    sums: dict[str, dict[str, Any]],
+    index: int,
+) -> float | None:
+    """The cap from the ranges' ``count`` largest (arm, y, z) of metric ``index``, and the
+    uncapped ``sums`` corrected in place for the units above it."""
+    if count is None or len(top) < count:
+        return None
+    top.sort(key=lambda item: item[1], reverse=True)
+    cap = top[count - 1][1]
+    if not (cap > 0 and math.isfinite(cap)):
+        return None
+    for arm, y, z in top[: count - 1]:
+        if y <= cap:
+            break
+        into = sums.setdefault(arm, {})
+        over = y - cap
+        into[f"sy{index}"] = float(into.get(f"sy{index}", 0)) - over
+        into[f"syy{index}"] = float(into.get(f"syy{index}", 0)) - (y * y - cap * cap)
+        if f"syz{index}" in into:
+            into[f"syz{index}"] = float(into[f"syz{index}"]) - over * z
+    return cap
+
+
+async def percentile_cap(
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    metric: MetricSpec,
+    percentile: float,
+) -> float | None:
+    """The ``percentile`` of the per-unit values over all exposed units, pooled across arms
+    (units without events count as 0): the nearest-rank value, the k-th smallest with
+    k = ceil(percentile · N). ``None`` when it is not positive (a cap at or below 0 would erase
+    the metric) or nothing is exposed.
+
+    Exact and in SQL: the units above it are the j = N - k + 1 largest, so each unit range
+    returns its own j largest per-unit values (a top-j sort over the same merge join as the
+    sums) and the j-th largest of their union is the answer."""
+    exposed = await session.scalar(
+        select(func.count())
+        .select_from(Exposure)
+        .where(
+            Exposure.project_id == project_id,
+            Exposure.kind == kind,
+            Exposure.subject == subject,
+        )
+    )
+    total = int(exposed or 0)
+    if total == 0:
+        return None
+    k = max(1, math.ceil(round(percentile * total, 9)))
+    top = total - k + 1
+    uncapped = replace(metric, cap=None)
+    engine = session.bind
+    postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
+
+    def largest(units: tuple[str | None, str | None]) -> Select[Any]:
+        rows, _ = _unit_rows(
+            project_id,
+            kind,
+            subject,
+            [uncapped],
+            False,
+            "postgresql" if postgres else "sqlite",
+            units,
+        )
+        per_unit = rows.subquery()
+        return select(per_unit.c.y0.label("y")).order_by(per_unit.c.y0.desc()).limit(top)
+
+    if postgres:
+        assert isinstance(engine, AsyncEngine)
+        ranges = await unit_ranges(session, project_id, kind, subject)
+        parts = await postgres_all(engine, [largest(units) for units in ranges])
+        values = [float(row["y"]) for rows in parts for row in rows]
+    else:
+        values = [float(v) for v in await session.scalars(largest((None, None)))]
+    if len(values) < top:  # the value at rank k is one of the zeros (or below)
+        return None
+    values.sort(reverse=True)
+    cap = values[top - 1]
+    return cap if cap > 0 and math.isfinite(cap) else None

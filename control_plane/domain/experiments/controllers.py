@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, Request, get, post, put
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody
 
 from control_plane.auth import ALSO_KEYS, KeyKind, Principal, requires
 from control_plane.deps import Ctx
@@ -33,9 +33,38 @@ class ExperimentController(Controller):
     async def create(self, ctx: Ctx, data: JSONBody[s.ExperimentCreate]) -> s.Experiment:
         return await services.create_experiment(ctx, data)
 
-    @get("/{id_or_key:str}", summary="An experiment with its results")
-    async def get_experiment(self, ctx: Ctx, id_or_key: FromPath[str]) -> s.ExperimentWithResults:
-        return await services.with_results(ctx, id_or_key)
+    @post(
+        "/power",
+        dto=StrictBody[s.PowerIn],
+        return_dto=None,
+        status_code=200,
+        summary="Units per variant to detect a relative effect (plan before starting)",
+    )
+    async def power(self, data: JSONBody[s.PowerIn]) -> s.PowerOut:
+        return services.plan(data)
+
+    @get(
+        "/{id_or_key:str}",
+        summary="An experiment with its results",
+        description="Query `mde` (relative, default 0.05): the effect the power block sizes for.",
+    )
+    async def get_experiment(
+        self,
+        ctx: Ctx,
+        id_or_key: FromPath[str],
+        mde: FromQuery[float | None] = None,
+    ) -> s.ExperimentWithResults:
+        return await services.with_results(ctx, id_or_key, mde)
+
+    @get(
+        "/{id_or_key:str}/timeseries",
+        summary="Cumulative results per UTC day and variant, to chart",
+        description="Query `metric`: a guardrail's key (default: the primary metric).",
+    )
+    async def get_timeseries(
+        self, ctx: Ctx, id_or_key: FromPath[str], metric: FromQuery[str | None] = None
+    ) -> s.Timeseries:
+        return await services.timeseries(ctx, id_or_key, metric)
 
     @post(
         "/{id_or_key:str}",

@@ -17,17 +17,35 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from control_plane.analysis import (
     AnalysisResult,
+    ArmSummary,
     Comparison,
     Moments,
+    SequentialBounds,
     analyse,
     decide_winner,
     srm_check,
 )
+from control_plane.analysis.power import DEFAULT_POWER as POWER
+from control_plane.analysis.power import minimum_detectable_effect, units_per_arm
 from control_plane.db.models import Metric, SequentialLook
-from control_plane.domain.experiments.aggregates import ArmAggregate, MetricSpec, arm_moments
+from control_plane.domain.experiments.aggregates import (
+    ArmAggregate,
+    MetricSpec,
+    arm_moments,
+)
 
 ALPHA = 0.05
+CAPPED = ("sum", "mean")
+DEFAULT_TARGET_EFFECT = 0.05  # relative: the effect whose sample size the results estimate
 EMPTY = ArmAggregate(Moments(0, 0.0, 0.0), 0)
+_MEANINGS = {
+    "sum": "rate is the mean sum of value per exposed unit; conversions (= unitsWithEvents) "
+    "counts exposed units with at least one '{event}' event",
+    "count": "rate is the mean number of '{event}' events per exposed unit; conversions "
+    "(= unitsWithEvents) counts exposed units with at least one",
+    "mean": "rate is the mean value per '{event}' event (a ratio of sums); conversions "
+    "(= unitsWithEvents) counts exposed units with at least one",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +56,21 @@ class MetricDef:
     aggregation: str
     direction: str
     format: str = ""
+    capping: str | None = None  # absolute | percentile
+    capping_value: float | None = None
 
     @classmethod
     def of(cls, row: Metric) -> MetricDef:
-        return cls(row.key, row.name, row.event, row.aggregation, row.direction, row.format)
+        return cls(
+            row.key,
+            row.name,
+            row.event,
+            row.aggregation,
+            row.direction,
+            row.format,
+            row.capping,
+            row.capping_value,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -51,7 +80,44 @@ class MetricDef:
             "aggregation": self.aggregation,
             "direction": self.direction,
             "format": self.format,
+            "capping": (
+                {"type": self.capping, "value": self.capping_value}
+                if self.capping is not None and self.capping_value is not None
+                else None
+            ),
         }
+
+
+def metric_specs(metrics: Sequence[MetricDef]) -> list[MetricSpec]:
+    """The SQL specs of ``metrics``: an absolute cap as its amount, a percentile for
+    :func:`arm_moments` (or :func:`percentile_cap`) to resolve."""
+    specs = []
+    for m in metrics:
+        capped = m.capping is not None and m.capping_value is not None and m.aggregation in CAPPED
+        specs.append(
+            MetricSpec(
+                m.key,
+                m.event,
+                m.aggregation,
+                cap=m.capping_value if capped and m.capping == "absolute" else None,
+                percentile=m.capping_value if capped and m.capping == "percentile" else None,
+            )
+        )
+    return specs
+
+
+def capping_block(metric: MetricDef, cap: float | None) -> dict[str, Any] | None:
+    """What capping did to ``metric`` (``cap``: the amount applied, ``None`` if nothing)."""
+    if metric.capping is None or metric.capping_value is None or metric.aggregation not in CAPPED:
+        return None
+    return {
+        "type": metric.capping,
+        "value": metric.capping_value,
+        "cap": _finite(cap),
+        "note": None
+        if cap is not None
+        else "the percentile is not above 0 (or nothing is exposed): nothing capped",
+    }
 
 
 def _finite(value: float | None) -> float | None:
@@ -67,46 +133,65 @@ def _comparison_json(c: Comparison | None) -> dict[str, Any]:
         "ciHigh": _finite(c.ci_high),
         "interval": c.interval,
         "difference": _finite(c.difference),
+        "differenceCiLow": _finite(c.difference_ci_low),
+        "differenceCiHigh": _finite(c.difference_ci_high),
+        "differenceStdError": _finite(c.std_error),
+        "statistic": _finite(c.statistic),
+        "df": _finite(c.df),
         "pValue": _finite(c.p_value),
         "pValueAdjusted": _finite(c.p_value_adjusted),
         "significant": c.significant,
         "test": c.test,
         "chanceToBeatControl": _finite(c.chance_to_beat_control),
         "expectedLoss": _finite(c.expected_loss),
+        "expectedLossControl": _finite(c.expected_loss_control),
         "alwaysValidPValue": _finite(c.always_valid_p_value),
         "varianceReduction": _finite(c.variance_reduction),
         "note": c.reason,
     }
 
 
-async def _previous_p_values(
+async def _previous_looks(
     session: AsyncSession, subject: str, metric: str
-) -> dict[str, float | None]:
-    rows = await session.scalars(
-        select(SequentialLook).where(
-            SequentialLook.subject == subject, SequentialLook.metric == metric
+) -> tuple[dict[str, float | None], dict[str, SequentialBounds]]:
+    rows = list(
+        await session.scalars(
+            select(SequentialLook).where(
+                SequentialLook.subject == subject, SequentialLook.metric == metric
+            )
         )
     )
-    return {row.arm: row.min_p_value for row in rows}
+    return (
+        {row.arm: row.min_p_value for row in rows},
+        {
+            row.arm: SequentialBounds(
+                row.ci_low, row.ci_high, row.difference_low, row.difference_high
+            )
+            for row in rows
+        },
+    )
 
 
 async def _remember_looks(
     session: AsyncSession, subject: str, metric: str, result: AnalysisResult
 ) -> None:
+    """Keep each arm's running minimum p-value and the intersection of its sequences."""
     for arm, comparison in result.comparisons.items():
         p_value = comparison.always_valid_p_value
         if p_value is None or not math.isfinite(p_value):
             continue
+        bounds = result.sequential_bounds.get(arm, SequentialBounds())
         row = await session.get(SequentialLook, (subject, metric, arm))
         if row is None:
-            session.add(
-                SequentialLook(
-                    subject=subject, metric=metric, arm=arm, min_p_value=p_value, looks=1
-                )
+            row = SequentialLook(
+                subject=subject, metric=metric, arm=arm, min_p_value=p_value, looks=0
             )
-        else:
-            row.min_p_value = min(row.min_p_value, p_value)
-            row.looks += 1
+            session.add(row)
+        row.min_p_value = min(row.min_p_value, p_value)
+        row.looks += 1
+        row.ci_low, row.ci_high = _finite(bounds.ci_low), _finite(bounds.ci_high)
+        row.difference_low = _finite(bounds.difference_low)
+        row.difference_high = _finite(bounds.difference_high)
     await session.flush()
 
 
@@ -124,21 +209,26 @@ async def analyse_subject(
     engine: str,
     cuped: bool,
     prior_sd: float | None = 0.3,
+    target_effect: float = DEFAULT_TARGET_EFFECT,
+    running_days: float | None = None,
 ) -> dict[str, Any]:
     """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag)."""
     metrics = [primary, *guardrails]
-    specs = [MetricSpec(m.key, m.event, m.aggregation) for m in metrics]
-    aggregates = await arm_moments(session, project_id, kind, subject, specs, cuped=cuped)
+    caps: dict[str, float | None] = {}
+    aggregates = await arm_moments(
+        session, project_id, kind, subject, metric_specs(metrics), cuped=cuped, caps=caps
+    )
     exposed = {arm: aggregates[primary.key].get(arm, EMPTY).moments.n for arm in arms}
     srm = srm_check(exposed, weights)
     blocks: dict[str, dict[str, Any]] = {}
     comparisons: dict[str, Mapping[str, Comparison]] = {}
+    results_by_metric: dict[str, AnalysisResult] = {}
     for metric in metrics:
         by_arm = aggregates[metric.key]
-        previous = (
-            await _previous_p_values(session, subject, metric.key)
+        previous, bounds = (
+            await _previous_looks(session, subject, metric.key)
             if engine == "sequential"
-            else None
+            else (None, None)
         )
         result = analyse(
             by_arm.get(control, EMPTY).moments,
@@ -149,23 +239,32 @@ async def analyse_subject(
             cuped=cuped,
             direction=metric.direction,  # type: ignore[arg-type]
             previous_p_values=previous,
+            previous_bounds=bounds,
             prior_sd=prior_sd,
         )
         if engine == "sequential":
             await _remember_looks(session, subject, metric.key, result)
         comparisons[metric.key] = result.comparisons
+        results_by_metric[metric.key] = result
         variants = []
         for arm in arms:
             summary = result.control if arm == control else result.treatments.get(arm)
+            with_events = by_arm.get(arm, EMPTY).converted
             variants.append(
                 {
                     "key": arm,
                     "exposed": exposed[arm],
-                    "conversions": by_arm.get(arm, EMPTY).converted,
-                    "rate": _finite(summary.mean) if summary is not None else None,
+                    "conversions": with_events,
+                    "unitsWithEvents": with_events,
+                    "rate": _finite(summary.mean) if summary else None,
+                    "stdError": _finite(summary.std_error) if summary else None,
+                    "adjustedRate": _finite(summary.adjusted_mean) if summary else None,
                     **_comparison_json(result.comparisons.get(arm)),
                 }
             )
+        notes = list(result.notes)
+        if metric.aggregation != "conversion":
+            notes.append(_MEANINGS[metric.aggregation].format(event=metric.event))
         blocks[metric.key] = {
             "metric": metric.describe(),
             "ratio": result.ratio,
@@ -180,7 +279,8 @@ async def analyse_subject(
                 if result.cuped is not None
                 else None
             ),
-            "notes": list(result.notes),
+            "capping": capping_block(metric, caps.get(metric.key)),
+            "notes": notes,
         }
     winner, why = decide_winner(
         comparisons[primary.key],
@@ -192,6 +292,7 @@ async def analyse_subject(
     if srm.flagged:
         why = f"{why}; sample ratio mismatch (p={srm.p_value:.2g}): check assignment before trusting this"
     primary_block = blocks[primary.key]
+    primary_result = results_by_metric[primary.key]
     return {
         "engine": engine,
         "alpha": ALPHA,
@@ -199,6 +300,7 @@ async def analyse_subject(
         "metric": primary_block["metric"],
         "variants": primary_block["variants"],
         "cuped": primary_block["cuped"],
+        "capping": primary_block["capping"],
         "winner": winner,
         "winnerReason": why,
         "srm": {
@@ -210,5 +312,68 @@ async def analyse_subject(
             "note": srm.reason,
         },
         "guardrails": [blocks[g.key] for g in guardrails],
+        "power": power_block(
+            primary_result, sum(exposed.values()), target_effect, running_days, len(arms)
+        ),
         "notes": primary_block["notes"],
+    }
+
+
+def _variance(summary: ArmSummary) -> float | None:
+    v = summary.adjusted_variance if summary.adjusted_variance is not None else summary.variance
+    return v if v is not None and math.isfinite(v) else None
+
+
+def power_block(
+    result: AnalysisResult,
+    exposed_total: int,
+    target_effect: float,
+    running_days: float | None,
+    variants: int,
+) -> dict[str, Any]:
+    """Per treatment: the minimum detectable effect at the current sample (relative, percent) and
+    the units per variant (and days at the current rate) to detect ``target_effect`` (relative)
+    with power 0.8 in a two-sided fixed-horizon test at alpha / (number of treatments)."""
+    treatments = max(1, variants - 1)
+    rate = exposed_total / running_days if running_days and running_days > 0 else None
+    control = result.control
+    mean_c = control.adjusted_mean if control.adjusted_mean is not None else control.mean
+    var_c = _variance(control)
+    arms: dict[str, Any] = {}
+    for arm, comparison in result.comparisons.items():
+        summary = result.treatments.get(arm)
+        out: dict[str, Any] = {
+            "mde": None,
+            "unitsPerVariantNeeded": None,
+            "additionalUnits": None,
+            "daysNeeded": None,
+        }
+        arms[arm] = out
+        var_t = _variance(summary) if summary is not None else None
+        if not mean_c or comparison.std_error is None or var_c is None or var_t is None:
+            continue
+        scale = abs(mean_c)
+        out["mde"] = _finite(
+            100.0
+            * minimum_detectable_effect(
+                comparison.std_error, alpha=ALPHA, power=POWER, treatments=treatments
+            )
+            / scale
+        )
+        needed = units_per_arm(
+            var_c, var_t, target_effect * scale, alpha=ALPHA, power=POWER, treatments=treatments
+        )
+        if needed is None:
+            continue
+        additional = max(0, needed * variants - exposed_total)
+        out["unitsPerVariantNeeded"] = needed
+        out["additionalUnits"] = additional
+        out["daysNeeded"] = _finite(additional / rate) if rate else None
+    return {
+        "basis": "two-sided fixed-horizon z-test at alpha / treatments, power 0.8",
+        "alpha": ALPHA,
+        "power": POWER,
+        "targetEffect": 100.0 * target_effect,
+        "unitsPerDay": _finite(rate) if rate else None,
+        "variants": arms,
     }

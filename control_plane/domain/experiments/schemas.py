@@ -105,3 +105,42 @@ class MetricsSetting(ApiOut):
     experiment: str
     primary: str | None
     guardrails: list[str]
+
+
+class PowerIn(ApiIn):
+    """Plan an experiment: ``baselineRate`` for a conversion metric, or ``baselineMean`` and
+    ``baselineSd`` (per unit) for a mean; ``mde`` is relative (0.05 = +5 %)."""
+
+    mde: float
+    baseline_rate: float | None = None
+    baseline_mean: float | None = None
+    baseline_sd: float | None = None
+    alpha: float = 0.05
+    power: float = 0.8
+    variants: int = 2
+
+
+class PowerOut(ApiOut):
+    metric: str  # conversion | mean
+    units_per_variant: int
+    total_units: int
+    variants: int
+    mde: float
+    treated_value: float  # the rate or mean the plan detects
+    alpha: float
+    alpha_per_comparison: float
+    power: float
+    test: str
+
+
+class Timeseries(ApiOut):
+    """Per UTC day, cumulative per variant: exposed, conversions, rate, and for treatments the
+    uplift, interval, p-value and significance the engine gave at the end of that day."""
+
+    experiment: str
+    metric: dict[str, Any]
+    engine: str
+    control: str
+    capping: dict[str, Any] | None
+    days: list[dict[str, Any]]
+    notes: list[str]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -14,15 +16,17 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import exposures
 from control_plane.domain.experiments import schemas as s
+from control_plane.domain.experiments.results import MetricDef
 from control_plane.domain.flags import validation as v
 from control_plane.domain.metrics.services import slugify, unique_key
-from control_plane.errors import conflict, invalid, not_found
+from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
 from shared.engine.experiments import choose_variant, thresholds, url_matches
 from shared.wire.snapshot import WEIGHT_SCALE
 
 CONTROL = "control"
 MIN_VARIANTS, MAX_VARIANTS = 2, 6
 DEFAULT_GOAL = "cta_click"
+RESERVED_KEYS = frozenset({"power"})  # POST /experiments/power plans; no experiment shadows it
 
 # (from, to) moves allowed besides staying put; running -> draft only while nothing is exposed
 TRANSITIONS = {
@@ -173,6 +177,8 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     v.check_name(problems, "name", body.name)
     if body.key is not None:
         v.check_key(problems, "key", body.key)
+        if body.key in RESERVED_KEYS:
+            problems.add("key", f"{body.key!r} is reserved (POST /experiments/{body.key})")
     _check_url(problems, body.url)
     if body.type in {"element", "cta"} and not (body.selector or "").strip():
         problems.add("selector", f"a CSS selector is required for {body.type} experiments")
@@ -182,7 +188,10 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
         problems.add("goal", "the goal event name is required for manual experiments")
     variants = _variants(problems, body)
     problems.raise_if_any()
-    key = body.key or await unique_key(scope, Experiment, slugify(body.name))
+    wanted = slugify(body.name)
+    key = body.key or await unique_key(
+        scope, Experiment, f"{wanted}-experiment" if wanted in RESERVED_KEYS else wanted
+    )
     if body.key and await scope.session.scalar(
         select(Experiment.id).where(
             Experiment.project_id == scope.project_id, Experiment.key == key
@@ -340,12 +349,11 @@ async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.Metr
     )
 
 
-async def with_results(scope: Scope, id_or_key: str) -> s.ExperimentWithResults:
-    """The experiment and its results against its metrics (``goal`` as conversion if none)."""
-    from control_plane.domain.experiments.results import MetricDef, analyse_subject
+async def _metric_defs(scope: Scope, row: Experiment) -> tuple[MetricDef, list[MetricDef]]:
+    """The primary metric (the ``goal`` as a conversion metric when none is set) and the
+    guardrails."""
+    from control_plane.domain.experiments.results import MetricDef
 
-    row = await find(scope, id_or_key)
-    out = await experiment_out(scope, row)
     ids = [i for i in [row.primary_metric_id, *row.guardrail_metric_ids] if i]
     by_id = (
         {m.id: m for m in await scope.session.scalars(select(Metric).where(Metric.id.in_(ids)))}
@@ -363,8 +371,77 @@ async def with_results(scope: Scope, id_or_key: str) -> s.ExperimentWithResults:
             direction="higher",
         )
     )
-    guardrails = [MetricDef.of(by_id[i]) for i in row.guardrail_metric_ids if i in by_id]
+    return primary, [MetricDef.of(by_id[i]) for i in row.guardrail_metric_ids if i in by_id]
+
+
+async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Timeseries:
+    """Cumulative results per UTC day of one metric (the primary unless ``metric`` names a
+    guardrail), with the experiment's engine and capping."""
+    from control_plane.domain.experiments.aggregates import percentile_cap
+    from control_plane.domain.experiments.results import ALPHA, capping_block, metric_specs
+    from control_plane.domain.experiments.timeseries import cumulative_days, day_increments
+
+    row = await find(scope, id_or_key)
+    primary, guardrails = await _metric_defs(scope, row)
+    chosen = primary
+    if metric is not None:
+        found = [m for m in (primary, *guardrails) if m.key == metric]
+        if not found:
+            raise invalid_many(
+                [FieldError("metric", "the key of the experiment's primary metric or a guardrail")]
+            )
+        chosen = found[0]
+    spec = metric_specs([chosen])[0]
+    if spec.percentile is not None:
+        cap = await percentile_cap(
+            scope.session, scope.project_id, "experiment", row.id, spec, spec.percentile
+        )
+        spec = replace(spec, cap=cap, percentile=None)
+    increments = await day_increments(scope.session, scope.project_id, "experiment", row.id, spec)
+    days = cumulative_days(
+        increments,
+        arms=[x["key"] for x in row.variants],
+        control=CONTROL,
+        engine=row.stats_engine,
+        ratio=chosen.aggregation == "mean",
+        alpha=ALPHA,
+        prior_sd=scope.bayesian_prior_sd,
+    )
+    notes = ["cumulative as of the end of each UTC day"]
+    if row.cuped:
+        notes.append("CUPED is not applied to the time series (the results are adjusted)")
+    return s.Timeseries(
+        experiment=row.key,
+        metric=chosen.describe(),
+        engine=row.stats_engine,
+        control=CONTROL,
+        capping=capping_block(chosen, spec.cap),
+        days=days,
+        notes=notes,
+    )
+
+
+async def with_results(
+    scope: Scope, id_or_key: str, target_effect: float | None = None
+) -> s.ExperimentWithResults:
+    """The experiment and its results against its metrics (``goal`` as conversion if none);
+    ``target_effect`` (relative) is the effect whose sample size the power block estimates."""
+    from control_plane.domain.experiments.results import DEFAULT_TARGET_EFFECT, analyse_subject
+
+    if target_effect is not None and not (
+        math.isfinite(target_effect) and 0 < abs(target_effect) <= 10
+    ):
+        raise invalid_many([FieldError("mde", "a relative effect such as 0.05, not 0")])
+
+    row = await find(scope, id_or_key)
+    out = await experiment_out(scope, row)
+    primary, guardrails = await _metric_defs(scope, row)
     weights = {x["key"]: float(x["weight"]) for x in row.variants if x.get("weight") is not None}
+    running_days = (
+        (utcnow() - row.started_at).total_seconds() / 86_400
+        if row.status == "running" and row.started_at is not None
+        else None
+    )
     results = await analyse_subject(
         scope.session,
         scope.project_id,
@@ -378,7 +455,77 @@ async def with_results(scope: Scope, id_or_key: str) -> s.ExperimentWithResults:
         engine=row.stats_engine,
         cuped=row.cuped,
         prior_sd=scope.bayesian_prior_sd,
+        target_effect=target_effect if target_effect is not None else DEFAULT_TARGET_EFFECT,
+        running_days=running_days,
     )
     return s.ExperimentWithResults(
         **{f: getattr(out, f) for f in out.__struct_fields__}, results=results
+    )
+
+
+def plan(body: s.PowerIn) -> s.PowerOut:
+    """Units per variant for a planned experiment (conversion or mean metric)."""
+    from control_plane.analysis import power
+
+    problems = v.Problems()
+    by_rate = body.baseline_rate is not None
+    by_mean = body.baseline_mean is not None or body.baseline_sd is not None
+    if by_rate == by_mean:
+        problems.add(
+            "baselineRate", "give baselineRate (conversion) or baselineMean and baselineSd (mean)"
+        )
+    if body.baseline_rate is not None and not 0 < body.baseline_rate < 1:
+        problems.add("baselineRate", "a rate between 0 and 1 exclusive")
+    if by_mean and body.baseline_mean is None:
+        problems.add("baselineMean", "required with baselineSd")
+    if body.baseline_mean is not None and not (
+        math.isfinite(body.baseline_mean) and body.baseline_mean != 0
+    ):
+        problems.add("baselineMean", "a finite mean other than 0 (mde is relative to it)")
+    if by_mean and (body.baseline_sd is None or not (0 < body.baseline_sd < math.inf)):
+        problems.add("baselineSd", "a positive standard deviation per unit")
+    if not (math.isfinite(body.mde) and body.mde != 0 and body.mde > -1):
+        problems.add("mde", "a relative effect such as 0.05 (+5 %), not 0 and above -1")
+    if not 0 < body.alpha < 1:
+        problems.add("alpha", "between 0 and 1 exclusive, e.g. 0.05")
+    if not 0 < body.power < 1:
+        problems.add("power", "between 0 and 1 exclusive, e.g. 0.8")
+    if not MIN_VARIANTS <= body.variants <= MAX_VARIANTS:
+        problems.add("variants", f"{MIN_VARIANTS} to {MAX_VARIANTS} variants, control included")
+    if (
+        body.baseline_rate is not None
+        and 0 < body.baseline_rate < 1
+        and not 0 < body.baseline_rate * (1 + body.mde) < 1
+    ):
+        problems.add("mde", "the treated rate baselineRate * (1 + mde) must lie in (0, 1)")
+    problems.raise_if_any()
+    if body.baseline_rate is not None:
+        result = power.plan_conversion(
+            body.baseline_rate, body.mde, alpha=body.alpha, power=body.power, variants=body.variants
+        )
+        metric = "conversion"
+    else:
+        assert body.baseline_mean is not None
+        assert body.baseline_sd is not None
+        result = power.plan_mean(
+            body.baseline_mean,
+            body.baseline_sd,
+            body.mde,
+            alpha=body.alpha,
+            power=body.power,
+            variants=body.variants,
+        )
+        metric = "mean"
+    treatments = body.variants - 1
+    return s.PowerOut(
+        metric=metric,
+        units_per_variant=result.units_per_variant,
+        total_units=result.units_per_variant * body.variants,
+        variants=body.variants,
+        mde=body.mde,
+        treated_value=result.treatment_value,
+        alpha=body.alpha,
+        alpha_per_comparison=body.alpha / treatments,
+        power=body.power,
+        test="two-sided z-test on the difference of means; alpha split across treatments",
     )

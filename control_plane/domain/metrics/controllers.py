@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from litestar import Controller, delete, get, post
+from litestar import Controller, delete, get, patch, post
 from litestar.params import FromPath, JSONBody
 
 from control_plane.auth import KeyKind, requires
@@ -27,6 +27,17 @@ class MetricController(Controller):
     @get("/{id_or_key:str}", summary="Get a metric by id or key")
     async def get_metric(self, ctx: Ctx, id_or_key: FromPath[str]) -> s.Metric:
         return services.metric_out(await services.get(ctx, id_or_key))
+
+    @patch(
+        "/{id_or_key:str}",
+        dto=StrictBody[s.MetricPatch],
+        return_dto=None,
+        summary="Change a metric's name, direction, format, description or capping",
+    )
+    async def update_metric(
+        self, ctx: Ctx, id_or_key: FromPath[str], data: JSONBody[s.MetricPatch]
+    ) -> s.Metric:
+        return await services.update_metric(ctx, id_or_key, data)
 
     @delete(
         "/{id_or_key:str}", status_code=200, summary="Delete a metric no experiment or flag uses"

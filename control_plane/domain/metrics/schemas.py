@@ -3,10 +3,27 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
+from msgspec import UNSET, UnsetType
+
 from control_plane.domain.schemas import ApiIn, ApiOut
 
 Aggregation = Literal["sum", "mean", "count", "conversion"]
 Direction = Literal["higher", "lower"]
+CappingType = Literal["absolute", "percentile"]
+
+
+class Capping(ApiIn):
+    """Outlier capping of ``sum`` and ``mean`` metrics: each unit's value (its sum of ``value``)
+    is capped at ``value`` (``absolute``, in the metric's units, > 0) or at the ``value``
+    percentile of the pooled exposed units (``percentile``, 0 < value < 1, e.g. 0.99)."""
+
+    type: CappingType
+    value: float
+
+
+class CappingOut(ApiOut):
+    type: str
+    value: float
 
 
 class MetricCreate(ApiIn):
@@ -17,6 +34,18 @@ class MetricCreate(ApiIn):
     format: str = ""
     key: str | None = None
     description: str = ""
+    capping: Capping | None = None
+
+
+class MetricPatch(ApiIn):
+    """What can change after creation (event and aggregation cannot: results would change
+    meaning). ``capping: null`` removes capping."""
+
+    name: str | UnsetType = UNSET
+    direction: Direction | UnsetType = UNSET
+    format: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    capping: Capping | UnsetType | None = UNSET
 
 
 class Metric(ApiOut):
@@ -28,6 +57,7 @@ class Metric(ApiOut):
     direction: str
     format: str
     description: str
+    capping: CappingOut | None
     created_at: datetime
     updated_at: datetime
 

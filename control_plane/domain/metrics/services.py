@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 
+import msgspec
 from sqlalchemy import exists, or_, select
 from sqlalchemy.exc import IntegrityError
 
@@ -41,6 +43,11 @@ async def unique_key(scope: Scope, model: type[Metric] | type[Experiment], wante
 
 
 def metric_out(row: Metric) -> s.Metric:
+    capping = (
+        s.CappingOut(type=row.capping, value=row.capping_value)
+        if row.capping is not None and row.capping_value is not None
+        else None
+    )
     return s.Metric(
         id=row.id,
         key=row.key,
@@ -50,9 +57,24 @@ def metric_out(row: Metric) -> s.Metric:
         direction=row.direction,
         format=row.format,
         description=row.description,
+        capping=capping,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+CAPPED_AGGREGATIONS = ("sum", "mean")
+
+
+def check_capping(problems: v.Problems, aggregation: str, capping: s.Capping | None) -> None:
+    if capping is None:
+        return
+    if aggregation not in CAPPED_AGGREGATIONS:
+        problems.add("capping", "only sum and mean metrics are capped (a unit's sum of value)")
+    elif capping.type == "absolute" and not (0 < capping.value < math.inf):
+        problems.add("capping.value", "an absolute cap is a positive amount in the metric's units")
+    elif capping.type == "percentile" and not (0 < capping.value < 1):
+        problems.add("capping.value", "a percentile between 0 and 1 exclusive, e.g. 0.99")
 
 
 async def find(scope: Scope, id_or_key: str) -> Metric | None:
@@ -89,6 +111,7 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
         v.check_key(problems, "key", body.key)
     if len(body.format) > 32:
         problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
+    check_capping(problems, body.aggregation, body.capping)
     problems.raise_if_any()
     key = body.key or await unique_key(scope, Metric, slugify(body.name))
     now = utcnow()
@@ -102,6 +125,8 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
         direction=body.direction,
         format=body.format,
         description=body.description,
+        capping=body.capping.type if body.capping else None,
+        capping_value=body.capping.value if body.capping else None,
         created_at=now,
         updated_at=now,
     )
@@ -112,6 +137,31 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
         raise conflict(f"a metric with key {key!r} already exists") from exc
     out = metric_out(row)
     scope.audit("metric.create", "metric", key, after=out)
+    return out
+
+
+async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.Metric:
+    row = await get(scope, id_or_key)
+    problems = v.Problems()
+    if not isinstance(body.name, msgspec.UnsetType):
+        v.check_name(problems, "name", body.name)
+    if not isinstance(body.format, msgspec.UnsetType) and len(body.format) > 32:
+        problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
+    if not isinstance(body.capping, msgspec.UnsetType):
+        check_capping(problems, row.aggregation, body.capping)
+    problems.raise_if_any()
+    before = metric_out(row)
+    for name in ("name", "direction", "format", "description"):
+        value = getattr(body, name)
+        if not isinstance(value, msgspec.UnsetType):
+            setattr(row, name, value)
+    if not isinstance(body.capping, msgspec.UnsetType):
+        row.capping = body.capping.type if body.capping else None
+        row.capping_value = body.capping.value if body.capping else None
+    row.updated_at = utcnow()
+    await scope.session.flush()
+    out = metric_out(row)
+    scope.audit("metric.update", "metric", row.key, before=before, after=out)
     return out
 
 

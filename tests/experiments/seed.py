@@ -1,0 +1,142 @@
+"""Put exposures and events straight into a test database, as older data or other writers
+may have left them (values beyond what ingest accepts today included)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import create_engine, insert, select
+
+from control_plane.db.engine import sync_url
+from control_plane.db.models import Event, Experiment, Exposure, Project
+from tests.conftest import Api
+
+DAY_MS = 24 * 3600 * 1000
+BASE_MS = 1_760_000_000_000  # 2025-10-09, a Thursday
+_ids = itertools.count()
+
+
+def create_experiment(api: Api, body: Mapping[str, Any]) -> dict[str, Any]:
+    response = api.post("/experiments", dict(body))
+    assert response.status_code == 201, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def metric(api: Api, body: Mapping[str, Any]) -> dict[str, Any]:
+    response = api.post("/metrics", dict(body))
+    assert response.status_code == 201, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def seed(
+    api: Api,
+    experiment_key: str,
+    arms: Mapping[str, Sequence[Sequence[int | None]]],
+    *,
+    event: str,
+    exposed_at: int = BASE_MS,
+    unit_prefix: str = "u",
+    event_ts: Iterable[int] | None = None,
+) -> None:
+    """Per arm, one list per unit of the values of its ``event`` events (``None``: no value),
+    each unit exposed at ``exposed_at`` and its events one second later (or at ``event_ts``)."""
+    engine = create_engine(sync_url(api.database_url))
+    times = iter(event_ts) if event_ts is not None else None
+    try:
+        with engine.begin() as connection:
+            project = connection.scalar(select(Project.id).where(Project.key == "default"))
+            subject = connection.scalar(
+                select(Experiment.id).where(Experiment.key == experiment_key)
+            )
+            exposures: list[dict[str, Any]] = []
+            events: list[dict[str, Any]] = []
+            for arm, units in arms.items():
+                for values in units:
+                    unit = f"{unit_prefix}{next(_ids)}"
+                    exposures.append(
+                        {
+                            "project_id": project,
+                            "kind": "experiment",
+                            "subject": subject,
+                            "unit": unit,
+                            "arm": arm,
+                            "exposed_at": exposed_at,
+                        }
+                    )
+                    for value in values:
+                        ts = next(times) if times is not None else exposed_at + 1000
+                        events.append(
+                            {
+                                "project_id": project,
+                                "event_id": f"seed-{next(_ids)}",
+                                "unit": unit,
+                                "event": event,
+                                "value": value,
+                                "ts": ts,
+                                "received_at": ts,
+                                "source": "server",
+                            }
+                        )
+            if exposures:
+                connection.execute(insert(Exposure), exposures)
+            if events:
+                connection.execute(insert(Event), events)
+    finally:
+        engine.dispose()
+
+
+def units(count: int, *values: int | None) -> list[list[int | None]]:
+    """``count`` units with the same events."""
+    return [list(values) for _ in range(count)]
+
+
+def seed_rows(
+    api: Api,
+    experiment_key: str,
+    exposures: Sequence[tuple[str, str, int]],
+    events: Sequence[tuple[str, str, int | None, int]],
+) -> None:
+    """Exposures ``(unit, arm, exposed_at)`` and events ``(unit, event, value, ts)`` as given."""
+    engine = create_engine(sync_url(api.database_url))
+    try:
+        with engine.begin() as connection:
+            project = connection.scalar(select(Project.id).where(Project.key == "default"))
+            subject = connection.scalar(
+                select(Experiment.id).where(Experiment.key == experiment_key)
+            )
+            if exposures:
+                connection.execute(
+                    insert(Exposure),
+                    [
+                        {
+                            "project_id": project,
+                            "kind": "experiment",
+                            "subject": subject,
+                            "unit": unit,
+                            "arm": arm,
+                            "exposed_at": at,
+                        }
+                        for unit, arm, at in exposures
+                    ],
+                )
+            if events:
+                connection.execute(
+                    insert(Event),
+                    [
+                        {
+                            "project_id": project,
+                            "event_id": f"rows-{next(_ids)}",
+                            "unit": unit,
+                            "event": name,
+                            "value": value,
+                            "ts": ts,
+                            "received_at": ts,
+                            "source": "server",
+                        }
+                        for unit, name, value, ts in events
+                    ],
+                )
+    finally:
+        engine.dispose()

@@ -1,0 +1,126 @@
+"""Power over HTTP: planning before start (POST /experiments/power) and the power block of a
+running experiment's results, checked against a direct computation from the raw events."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.conftest import Api
+from tests.experiments.seed import create_experiment, metric, seed, units
+
+MANUAL = {"name": "Checkout", "type": "manual", "goal": "purchase"}
+Z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+
+
+def fields(response: Any) -> list[str]:
+    return [d["field"] for d in response.json()["error"]["details"]]
+
+
+def test_plan_a_conversion_experiment(api: Api) -> None:
+    response = api.post("/experiments/power", {"baselineRate": 0.1, "mde": 0.05})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["unitsPerVariant"] == math.ceil(Z * Z * (0.09 + 0.105 * 0.895) / 0.005**2)
+    assert body["totalUnits"] == 2 * body["unitsPerVariant"]
+    assert (body["metric"], body["alpha"], body["power"], body["variants"]) == (
+        "conversion",
+        0.05,
+        0.8,
+        2,
+    )
+    assert body["treatedValue"] == pytest.approx(0.105)
+
+
+def test_plan_a_mean_experiment_with_three_variants(api: Api) -> None:
+    body = api.post(
+        "/experiments/power",
+        {"baselineMean": 40.0, "baselineSd": 25.0, "mde": -0.1, "variants": 3, "power": 0.9},
+    ).json()
+    z = stats.norm.ppf(1 - 0.05 / 4) + stats.norm.ppf(0.9)
+    assert body["unitsPerVariant"] == math.ceil(z * z * 2 * 625.0 / 4.0**2)
+    assert body["alphaPerComparison"] == pytest.approx(0.025)
+    assert body["totalUnits"] == 3 * body["unitsPerVariant"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"mde": 0.05}, "baselineRate"),
+        ({"baselineRate": 0.1, "baselineMean": 3, "baselineSd": 1, "mde": 0.05}, "baselineRate"),
+        ({"baselineRate": 1.2, "mde": 0.05}, "baselineRate"),
+        ({"baselineRate": 0.9, "mde": 0.2}, "mde"),
+        ({"baselineRate": 0.1, "mde": 0}, "mde"),
+        ({"baselineMean": 10, "mde": 0.1}, "baselineSd"),
+        ({"baselineMean": 0, "baselineSd": 1, "mde": 0.1}, "baselineMean"),
+        ({"baselineSd": 1, "mde": 0.1}, "baselineMean"),
+        ({"baselineRate": 0.1, "mde": 0.05, "alpha": 0}, "alpha"),
+        ({"baselineRate": 0.1, "mde": 0.05, "power": 1}, "power"),
+        ({"baselineRate": 0.1, "mde": 0.05, "variants": 9}, "variants"),
+        ({"baselineRate": "ten", "mde": 0.05}, "baselineRate"),
+        ({"baselineRate": 0.1, "mde": 0.05, "colour": 1}, "colour"),
+    ],
+)
+def test_bad_plans_name_the_field(api: Api, body: dict[str, Any], field: str) -> None:
+    response = api.post("/experiments/power", body)
+    assert response.status_code == 422, response.text
+    assert field in fields(response)
+
+
+def test_an_experiment_cannot_take_the_planning_path(api: Api) -> None:
+    assert "key" in fields(api.post("/experiments", {**MANUAL, "key": "power"}))
+    assert create_experiment(api, {**MANUAL, "name": "Power"})["key"] == "power-experiment"
+
+
+def test_results_power_block_matches_a_direct_computation(api: Api) -> None:
+    metric(api, {"name": "Revenue", "event": "purchase", "aggregation": "sum"})
+    exp = create_experiment(api, MANUAL)
+    api.put(f"/experiments/{exp['key']}/metrics", {"primary": "revenue"})
+    rng = np.random.default_rng(21)
+    arms = {
+        arm: [[int(rng.integers(100, 5_000))] if rng.random() < 0.4 else [] for _ in range(500)]
+        for arm in ("control", "treatment")
+    }
+    seed(api, exp["key"], arms, event="purchase")
+    values = {
+        arm: np.array([float(sum(v or 0 for v in u)) for u in units_])
+        for arm, units_ in arms.items()
+    }
+    c, t = values["control"], values["treatment"]
+    se = math.sqrt(c.var(ddof=1) / c.size + t.var(ddof=1) / t.size)
+    for mde, query in ((0.05, ""), (0.2, "?mde=0.2")):
+        response = api.get(f"/experiments/{exp['key']}{query}")
+        assert response.status_code == 200, response.text
+        power = response.json()["results"]["power"]
+        arm = power["variants"]["treatment"]
+        assert power["targetEffect"] == pytest.approx(100 * mde)
+        assert arm["mde"] == pytest.approx(100 * Z * se / c.mean())
+        needed = math.ceil(Z * Z * (c.var(ddof=1) + t.var(ddof=1)) / (mde * c.mean()) ** 2)
+        assert arm["unitsPerVariantNeeded"] == needed
+        assert arm["additionalUnits"] == max(0, 2 * needed - 1000)
+        assert arm["daysNeeded"] is None or arm["daysNeeded"] >= 0
+    assert api.get(f"/experiments/{exp['key']}?mde=0").status_code == 422
+    assert "mde" in fields(api.get(f"/experiments/{exp['key']}?mde=abc"))
+
+
+def test_days_needed_come_from_the_current_rate_while_running(api: Api) -> None:
+    exp = create_experiment(api, MANUAL)
+    seed(
+        api,
+        exp["key"],
+        {"control": units(30, None) + units(170), "treatment": units(36, None) + units(164)},
+        event="purchase",
+    )
+    running = api.get(f"/experiments/{exp['key']}").json()["results"]["power"]
+    assert running["unitsPerDay"] > 0
+    days = running["variants"]["treatment"]["daysNeeded"]
+    additional = running["variants"]["treatment"]["additionalUnits"]
+    assert days == pytest.approx(additional / running["unitsPerDay"], rel=1e-6)
+    api.post(f"/experiments/{exp['key']}", {"status": "stopped"})
+    stopped = api.get(f"/experiments/{exp['key']}").json()["results"]["power"]
+    assert stopped["unitsPerDay"] is None
+    assert stopped["variants"]["treatment"]["daysNeeded"] is None
