@@ -29,7 +29,6 @@ import itertools
 import logging
 import math
 import os
-import random
 import re
 import threading
 import time
@@ -40,6 +39,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Final, TypeAlias
 
 import msgspec
+
+from shared.backoff import backoff_delay
 
 logger = logging.getLogger("vane.client")
 
@@ -568,7 +569,7 @@ def _transient(status: int) -> bool:
 
 
 def _backoff(attempt: int) -> float:
-    return random.uniform(0.0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(attempt, 30)))
+    return backoff_delay(attempt, base=BACKOFF_BASE, cap=BACKOFF_CAP)
 
 
 def _retry_after(outcome: Outcome) -> float | None:
