@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from redis import asyncio as aioredis
 
 from control_plane.publishing.hub import Hub
+from shared.backoff import Backoff
 
 logger = logging.getLogger("vane.fanout")
 
@@ -30,6 +31,7 @@ class RedisFanout:
         self._redis: aioredis.Redis | None = None
         self._task: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
+        self._backoff = Backoff(base=0.2, cap=5.0)
 
     async def start(self) -> None:
         self._redis = aioredis.from_url(self._url)
@@ -59,21 +61,27 @@ class RedisFanout:
             logger.exception("could not publish a change notice to Redis")
 
     async def _listen_forever(self) -> None:
-        delay = 0.2
+        """Subscribe, and resubscribe after any failure (capped, jittered backoff); whatever was
+        published meanwhile is caught up from the database. Ends only by cancellation."""
+        backoff = self._backoff
         while True:
+            reason: object = "the subscription ended"
             try:
                 await self._listen()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.warning("Redis subscription lost; retrying in %.1f s", delay)
-                self.subscribed.clear()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                # whatever was published meanwhile is caught up from the database
+            except Exception as exc:
+                reason = exc
+            self.subscribed.clear()
+            delay = backoff.failed()
+            logger.warning("Redis subscription lost (%s); retrying in %.1f s", reason, delay)
+            await asyncio.sleep(delay)
+            try:
                 await self._hub.reconcile()
-            else:
-                delay = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("catching up after Redis came back failed; will retry")
 
     async def _listen(self) -> None:
         assert self._redis is not None
@@ -81,6 +89,8 @@ class RedisFanout:
         try:
             await pubsub.subscribe(CHANNEL)
             self.subscribed.set()
+            self._backoff.reset()
+            logger.info("subscribed to Redis channel %s", CHANNEL)
             async for message in pubsub.listen():
                 if message.get("type") != "message":
                     continue
