@@ -14,6 +14,15 @@ events: ``len (4 bytes, big endian) | crc32 (4) | msgpack(list of event dicts)``
   time, so a batch resent after a crash is counted once upstream.
 - The spool is bounded in bytes: beyond ``max_bytes`` not yet forwarded, ``append`` raises
   ``SpoolFull`` (the caller answers 503 with Retry-After).
+- A write that fails (a full disk: ``ENOSPC``, or any I/O error) leaves nothing behind: the
+  records of the failed group are cut off again (truncate + fsync), their senders get
+  ``SpoolUnavailable`` (a ``SpoolFull``: 503 with Retry-After), and what was accepted before is
+  untouched. If even the cut fails, the next write starts a new segment, and a reader meets the
+  leftover bytes only at the end of an older segment, which it skips (counted in
+  ``corrupt_bytes``, logged). A corrupt record in an older segment is skipped the same way.
+- No file I/O on the event loop: writes with their fsync (group commit: one fsync per group of
+  concurrent appends), reads and cursor commits run in a worker thread (``append``,
+  ``read_async``, ``acknowledge``); the blocking ``read``/``commit`` are for tools and tests.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -42,6 +51,15 @@ _cursor_codec = struct.Struct(">QQ")
 
 class SpoolFull(Exception):
     """More than ``max_bytes`` are waiting to be forwarded."""
+
+
+class SpoolUnavailable(SpoolFull):
+    """The disk refused the write (full, read-only, failing); nothing of it was kept."""
+
+
+def _write_all(handle: BinaryIO, data: bytes) -> None:
+    """Write ``data`` to the segment file (the one place bytes reach it; tests fail it here)."""
+    handle.write(data)
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -82,6 +100,7 @@ class Spool:
             self._path(self._cursor.segment).touch()
         self._write_segment = self._segments[-1]
         self._write_offset = self._path(self._write_segment).stat().st_size
+        self._durable = (self._write_segment, self._write_offset)  # end of what was fsync'd
         self.pending_bytes, self.pending_events = self._measure()
         self._queue: list[tuple[bytes, int, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
@@ -89,6 +108,10 @@ class Spool:
         self._writer: asyncio.Task[None] | None = None
         self.appended_events = 0
         self.forwarded_events = 0
+        self.write_errors = 0  # appends refused because the disk failed
+        self.corrupt_bytes = 0  # unreadable bytes skipped by the reader
+        self._rotate = False  # a failed write could not be cut off: start a new segment
+        self._skipped: set[tuple[int, int]] = set()  # (segment, offset) already reported
 
     # --- files ----------------------------------------------------------------------------------
 
@@ -180,8 +203,11 @@ class Spool:
             try:
                 await asyncio.to_thread(self._write, [record for record, _, _ in batch])
             except OSError as exc:
+                self.write_errors += len(batch)
+                logger.error("spool write failed (%s); refusing %d appends", exc, len(batch))
                 for _, _, future in batch:
-                    future.set_exception(exc)
+                    if not future.done():
+                        future.set_exception(SpoolUnavailable(str(exc)))
                 continue
             for record, count, future in batch:
                 self.pending_bytes += len(record)
@@ -191,7 +217,12 @@ class Spool:
             self._data.set()
 
     def _write(self, records: list[bytes]) -> None:
-        """Append records (rotating segments when full), then one fsync per touched file."""
+        """Append records (rotating segments when full), then one fsync per touched file. On an
+        error, whatever this call wrote is cut off again before the error propagates."""
+        if self._rotate:
+            self._start_segment()
+            self._rotate = False
+        touched: list[tuple[int, int]] = [(self._write_segment, self._write_offset)]
         handle = open(self._path(self._write_segment), "ab")  # noqa: SIM115 - rotated below
         new_segment = False
         try:
@@ -200,42 +231,87 @@ class Spool:
                     handle.flush()
                     os.fsync(handle.fileno())
                     handle.close()
-                    self._write_segment += 1
-                    self._segments.append(self._write_segment)
+                    self._start_segment()
+                    touched.append((self._write_segment, 0))
                     handle = open(self._path(self._write_segment), "ab")  # noqa: SIM115
-                    self._write_offset = 0
                     new_segment = True
-                handle.write(record)
+                _write_all(handle, record)
                 self._write_offset += len(record)
             handle.flush()
             os.fsync(handle.fileno())
+            if new_segment:
+                _fsync_dir(self.directory)  # a new segment's name must survive a crash too
+            self._durable = (self._write_segment, self._write_offset)
+        except OSError:
+            with contextlib.suppress(OSError):
+                handle.close()
+            self._undo(touched)
+            raise
         finally:
             handle.close()
-        if new_segment:
-            _fsync_dir(self.directory)  # a new segment's name must survive a crash too
+
+    def _start_segment(self) -> None:
+        self._path(self._write_segment + 1).touch()
+        self._write_segment += 1
+        self._segments.append(self._write_segment)
+        self._write_offset = 0
+
+    def _undo(self, touched: list[tuple[int, int]]) -> None:
+        """Cut each touched segment back to where this write started in it."""
+        try:
+            for segment, offset in reversed(touched):
+                with open(self._path(segment), "r+b") as handle:
+                    handle.truncate(offset)
+                    os.fsync(handle.fileno())
+            first_segment, first_offset = touched[0]
+            self._write_offset = first_offset
+            for segment, _ in touched[1:]:  # segments begun by this write: empty again; drop
+                self._path(segment).unlink(missing_ok=True)
+                self._segments.remove(segment)
+            self._write_segment = first_segment
+        except OSError as exc:
+            logger.error("could not cut a failed spool write off (%s); next write rotates", exc)
+            self._rotate = True
 
     # --- forwarding -------------------------------------------------------------------------------
 
-    async def wait_for_data(self, timeout: float) -> None:  # noqa: ASYNC109
-        if self.pending_events:
+    async def wait_for_data(self, timeout: float, *, new: bool = False) -> None:  # noqa: ASYNC109
+        """Return when events are pending (at once if some are), or after ``timeout``. With
+        ``new``, wait for an append (or the timeout) even if some are pending: the caller has read
+        everything readable, so returning at once would only make it spin."""
+        if self.pending_events and not new:
             return
         self._data.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._data.wait(), timeout)
+
+    async def read_async(self, max_events: int, origin: Position | None = None) -> Batch:
+        """``read`` in a worker thread (segment files are read off the event loop)."""
+        return await asyncio.to_thread(self.read, max_events, origin)
 
     @property
     def cursor(self) -> Position:
         return self._cursor
 
     def read(self, max_events: int, origin: Position | None = None) -> Batch:
-        """Whole records from ``origin`` (default: the cursor), up to ``max_events`` (at least one
-        record if any)."""
+        """Whole, durable records from ``origin`` (default: the cursor), up to ``max_events`` (at
+        least one record if any). Records a write is still adding (not yet fsync'd, so not yet
+        acknowledged to their sender) are not read; unreadable bytes at the end of an older
+        segment are skipped."""
         events: list[dict[str, Any]] = []
         position = self._cursor if origin is None else origin
+        durable_segment, durable_offset = self._durable
         size = 0
-        for segment in [s for s in self._segments if s >= position.segment]:
+        for segment in [
+            s for s in list(self._segments) if position.segment <= s <= durable_segment
+        ]:
             start = position.offset if segment == position.segment else 0
-            data = self._path(segment).read_bytes()
+            try:
+                data = self._path(segment).read_bytes()
+            except FileNotFoundError:
+                data = b""
+            if segment == durable_segment:
+                data = data[:durable_offset]
             offset = start
             while offset + _HEADER.size <= len(data):
                 length, crc = _HEADER.unpack_from(data, offset)
@@ -245,29 +321,60 @@ class Spool:
                 payload = data[offset + _HEADER.size : end]
                 if zlib.crc32(payload) != crc:
                     break
-                record = _decoder.decode(payload)
+                try:
+                    record = _decoder.decode(payload)
+                except msgspec.DecodeError:
+                    break
                 if events and len(events) + len(record) > max_events:
                     return Batch(events, Position(segment, offset), size)
                 events.extend(record)
                 size += end - offset
                 offset = end
             position = Position(segment, offset)
-            if segment != self._write_segment and offset >= len(data):
+            if segment < durable_segment:  # complete: no write will ever add to it
+                if offset < len(data):
+                    self._skip(segment, offset, len(data) - offset)
                 position = Position(segment + 1, 0)
         return Batch(events, position, size)
 
+    def _skip(self, segment: int, offset: int, length: int) -> None:
+        """Unreadable bytes that no write will ever complete (an older segment's tail)."""
+        if (segment, offset) in self._skipped:
+            return
+        self._skipped.add((segment, offset))
+        self.corrupt_bytes += length
+        logger.error(
+            "skipping %d unreadable bytes at %s:%d (a failed write or a damaged disk)",
+            length,
+            self._path(segment).name,
+            offset,
+        )
+
     def commit(self, batch: Batch) -> None:
-        """The control plane has ``batch``: move the cursor past it, durably; drop old segments."""
+        """The control plane has ``batch``: move the cursor past it, durably; drop old segments
+        (blocking: the relay itself uses ``acknowledge``)."""
+        self._write_cursor(batch.end)
+        self._advance(batch)
+
+    async def acknowledge(self, batch: Batch) -> None:
+        """``commit`` with the cursor's write and fsyncs in a worker thread."""
+        await asyncio.to_thread(self._write_cursor, batch.end)
+        self._advance(batch)
+
+    def _write_cursor(self, end: Position) -> None:
         temporary = self.directory / "cursor.tmp"
         with open(temporary, "wb") as handle:
-            handle.write(_cursor_codec.pack(batch.end.segment, batch.end.offset))
+            handle.write(_cursor_codec.pack(end.segment, end.offset))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.directory / "cursor")
         _fsync_dir(self.directory)
+        for segment in [s for s in self._segments if s < end.segment]:
+            self._path(segment).unlink(missing_ok=True)
+
+    def _advance(self, batch: Batch) -> None:
         self._cursor = batch.end
         for segment in [s for s in self._segments if s < batch.end.segment]:
-            self._path(segment).unlink(missing_ok=True)
             self._segments.remove(segment)
         self.pending_bytes -= batch.bytes
         self.pending_events -= len(batch.events)

@@ -14,6 +14,10 @@ the store swaps it, ``id: <version>`` + ``data: {"type": "refetchEvaluation", "e
 URL also carries ``v``, the version the bulk response was computed from, and reconnects carry
 ``Last-Event-ID``: when the current version differs, the first event is sent at once, so a change
 between the bulk fetch and the stream opening is not lost.
+
+A relay holds at most ``max_streams`` (``VANE_RELAY_MAX_STREAMS``) streams; one more is refused
+with 503 and ``Retry-After`` (the OFREP web provider then polls), and ``vane_relay_sse_streams``
+in ``/metrics`` says how many are open. Streams of an environment the relay stops serving end.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from relay.store import EnvironmentState, Store
 
 EVENTS_PATH = "/ofrep/v1/events"
 RETRY_MS = 1000
+RETRY_FULL_S = b"30"  # a refused stream: the OFREP web provider polls meanwhile
 
 _claims = msgspec.json.Decoder(tuple[str, str, int])
 
@@ -135,25 +140,34 @@ class ChangeHub:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._streams: dict[str, set[Subscription]] = {}
+        self._count = 0
         self._listening = False
 
     def subscribe(self, environment: str) -> Subscription:
         if not self._listening:
             self.store.listen(self._on_swap)
+            self.store.listen_removals(self._on_removal)
             self._listening = True
         subscription = Subscription(environment)
         self._streams.setdefault(environment, set()).add(subscription)
+        self._count += 1
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
         streams = self._streams.get(subscription.environment)
-        if streams is not None:
+        if streams is not None and subscription in streams:
             streams.discard(subscription)
+            self._count -= 1
             if not streams:
                 del self._streams[subscription.environment]
 
     def open_streams(self) -> int:
-        return sum(len(s) for s in self._streams.values())
+        return self._count
+
+    def _on_removal(self, environment: str) -> None:
+        """The relay no longer serves ``environment``: end its streams."""
+        for subscription in list(self._streams.get(environment, ())):
+            subscription.close()
 
     def _on_swap(self, state: EnvironmentState) -> None:
         streams = self._streams.get(state.environment)
@@ -198,6 +212,8 @@ class EventStreams:
         self.tokens = StreamTokens(browser.settings.sse_secret, browser.settings.sse_token_ttl_s)
         self.hub = ChangeHub(browser.store)
         self.keepalive_s = keepalive_s
+        self.max_streams = browser.settings.max_streams
+        self.refused_full = 0
 
     def register(self, router: Router) -> None:
         router.add("GET", EVENTS_PATH, self.events, cors=True)
@@ -238,6 +254,11 @@ class EventStreams:
         refused = self.browser.check_key(key, origin, ofrep_error_body)
         if refused is not None:
             return refused
+        if self.hub.open_streams() >= self.max_streams:
+            self.refused_full += 1
+            response = _error(503, "this relay holds its maximum of event streams", origin)
+            response.headers.append((b"retry-after", RETRY_FULL_S))
+            return response
         await self._stream(request, state, key_id, origin)
         return None
 
@@ -278,7 +299,9 @@ class EventStreams:
                 await wake.wait()
                 keepalive.cancel()
                 wake.clear()
-                if subscription.closed:
+                if subscription.closed:  # the client left, or the environment was removed
+                    with contextlib.suppress(Exception):
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return
                 change, subscription.change = subscription.change, None
                 if change is None:
