@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import statistics
 import threading
 import time
@@ -324,4 +325,4 @@ class Load:
 
 def went_back(versions: list[int]) -> int:
     """How many times a sequence of served versions decreased."""
-    return sum(1 for a, b in zip(versions, versions[1:], strict=False) if b < a)
+    return sum(1 for a, b in itertools.pairwise(versions) if b < a)
