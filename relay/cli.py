@@ -53,6 +53,13 @@ def add_relay_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=int(os.environ.get("VANE_RELAY_MAX_REQUESTS", "1024")),
         help="other requests (evaluations, events) in flight at once, beyond the streams",
     )
+    relay.add_argument(
+        "--http-buffer-bytes",
+        type=int,
+        default=int(os.environ.get("VANE_RELAY_HTTP_BUFFER_BYTES", "8192")),
+        help="per-connection HTTP/1 read buffer, at least 8192 (request heads must fit; bodies "
+        "stream through): granian's 400 KiB default costs ~10 KiB per open stream",
+    )
     relay.set_defaults(func=cmd_relay)
 
 
@@ -97,6 +104,7 @@ def raise_open_file_limit(wanted: int) -> None:
 
 def cmd_relay(args: argparse.Namespace) -> int:
     from granian import Granian
+    from granian.http import HTTP1Settings
 
     if "control_plane" in sys.modules and not os.environ.get("VANE_RELAY_NO_EXEC"):
         exec_relay_only(sys.argv[2:] if sys.argv[1:2] == ["relay"] else sys.argv[1:])
@@ -141,6 +149,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         workers=1,
         log_access=False,
         backpressure=in_flight,
+        http1_settings=HTTP1Settings(max_buffer_size=max(8192, args.http_buffer_bytes)),
         backlog=max(2048, min(in_flight, 65535)),
     ).serve()
     return 0
