@@ -47,6 +47,7 @@ _decoder: msgspec.msgpack.Decoder[list[dict[str, Any]]] = msgspec.msgpack.Decode
     list[dict[str, Any]]
 )
 _cursor_codec = struct.Struct(">QQ")
+_crc = struct.Struct(">I")
 
 
 class SpoolFull(Exception):
@@ -98,6 +99,11 @@ class Spool:
         if not self._segments:
             self._segments = [self._cursor.segment]
             self._path(self._cursor.segment).touch()
+        if not (directory / "cursor").exists():  # made now, so later moves need no new file
+            try:
+                self._write_cursor(self._cursor)
+            except OSError as exc:
+                logger.error("could not create the spool cursor yet: %s", exc)
         self._write_segment = self._segments[-1]
         self._write_offset = self._path(self._write_segment).stat().st_size
         self._durable = (self._write_segment, self._write_offset)  # end of what was fsync'd
@@ -119,10 +125,19 @@ class Spool:
         return self.directory / f"{segment:020d}.log"
 
     def _read_cursor(self) -> Position:
+        """The saved cursor; an unreadable one means "from the oldest segment" (what is sent
+        again is counted once upstream: every event has its id)."""
         try:
-            segment, offset = _cursor_codec.unpack((self.directory / "cursor").read_bytes())
-        except (OSError, struct.error):
+            data = (self.directory / "cursor").read_bytes()
+        except OSError:
             return Position(0, 0)
+        body, check = data[: _cursor_codec.size], data[_cursor_codec.size :]
+        if len(body) != _cursor_codec.size or (
+            check and check != _crc.pack(zlib.crc32(body))  # 16-byte files predate the check
+        ):
+            logger.error("unreadable spool cursor; forwarding again from the oldest segment")
+            return Position(0, 0)
+        segment, offset = _cursor_codec.unpack(body)
         return Position(segment, offset)
 
     def _recover(self) -> list[int]:
@@ -362,13 +377,28 @@ class Spool:
         self._advance(batch)
 
     def _write_cursor(self, end: Position) -> None:
-        temporary = self.directory / "cursor.tmp"
-        with open(temporary, "wb") as handle:
-            handle.write(_cursor_codec.pack(end.segment, end.offset))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.directory / "cursor")
-        _fsync_dir(self.directory)
+        body = _cursor_codec.pack(end.segment, end.offset)
+        record = body + _crc.pack(zlib.crc32(body))
+        path = self.directory / "cursor"
+        try:
+            handle = os.open(path, os.O_WRONLY)
+        except FileNotFoundError:  # the first cursor: a new file, made whole then renamed
+            temporary = self.directory / "cursor.tmp"
+            with open(temporary, "wb") as new:
+                new.write(record)
+                new.flush()
+                os.fsync(new.fileno())
+            os.replace(temporary, path)
+            _fsync_dir(self.directory)
+        else:
+            # Overwritten in place: needs no new disk space, so the cursor still moves (and
+            # segments are freed) on a full disk, where a new file could not be created. A
+            # torn write fails the checksum and only means resending (deduplicated upstream).
+            try:
+                os.pwrite(handle, record, 0)
+                os.fsync(handle)
+            finally:
+                os.close(handle)
         for segment in [s for s in self._segments if s < end.segment]:
             self._path(segment).unlink(missing_ok=True)
 

@@ -23,6 +23,7 @@ from relay.metrics import RelayMetrics
 from relay.routes import events as event_routes
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState, Store
+from tests.chaos.harness import small_disk
 from tests.e2e.test_relays import start_control_plane
 from tests.relay.helpers import BASE, SERVER, build_snapshot, public_access, settings
 from tests.relay.test_spool import drain, events
@@ -146,10 +147,10 @@ def test_the_forwarder_never_fsyncs_on_the_event_loop(
     tmp_path: Path, fsyncs_on_the_loop: list[str]
 ) -> None:
     control_plane = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
+    spool = Spool(tmp_path / "spool", segment_bytes=512)  # opening it (recovery) is start-up work
     try:
 
         async def scenario() -> None:
-            spool = Spool(tmp_path / "spool", segment_bytes=512)
             spool.start()
             upstream = settings(upstream=control_plane.url, key=control_plane.keys["relay"])
             forwarder = Forwarder(upstream, spool)
@@ -212,3 +213,39 @@ def test_the_forwarder_yields_when_pending_events_cannot_be_read(tmp_path: Path)
     stop.set()
     thread.join(timeout=10)
     assert len(ticks) >= 50, "the event loop froze"
+
+
+def test_a_really_full_disk_refuses_appends_and_frees_itself_by_forwarding(tmp_path: Path) -> None:
+    """On a real (tmpfs) disk of 64 KiB: appends fail with ENOSPC, yet forwarding still moves
+    the cursor (no new file is needed for it) and frees the segments, and appends work again."""
+    with small_disk(tmp_path / "disk", "64k") as mounted:
+        if not mounted:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+
+        async def scenario() -> list[str]:
+            spool = Spool(tmp_path / "disk", segment_bytes=8192)
+            spool.start()
+            accepted: list[str] = []
+
+            async def fill() -> None:
+                for i in range(10_000):
+                    await spool.append(events(i, 1))
+                    accepted.append(f"id-{i}")
+
+            with pytest.raises(SpoolFull):
+                await fill()
+            assert spool.write_errors == 1
+            forwarded: list[str] = []
+            while batch := await spool.read_async(100):
+                if not batch.events:
+                    break
+                forwarded += [e["eventId"] for e in batch.events]
+                await spool.acknowledge(batch)
+            assert forwarded == accepted
+            await spool.append(events(20_000, 1))  # room again
+            await spool.stop()
+            return accepted
+
+        accepted = asyncio.run(scenario())
+        assert len(accepted) > 100
+        assert drain(Spool(tmp_path / "disk")) == ["id-20000"]
