@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import statistics
+import subprocess
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -326,3 +329,24 @@ class Load:
 def went_back(versions: list[int]) -> int:
     """How many times a sequence of served versions decreased."""
     return sum(1 for a, b in itertools.pairwise(versions) if b < a)
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str) -> Iterator[bool]:
+    """A tmpfs of ``size`` at ``path`` (True), or a plain directory where mounting is not
+    allowed (False)."""
+    path.mkdir(parents=True)
+    mounted = (
+        os.geteuid() == 0
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
+    try:
+        yield mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], check=False)
