@@ -14,6 +14,8 @@ import logging
 from collections.abc import Iterable
 
 from redis import asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from control_plane.publishing.hub import Hub
 from shared.backoff import Backoff
@@ -55,10 +57,20 @@ class RedisFanout:
                 "environments": sorted(environment_ids),
             }
         )
-        try:
-            await self._redis.publish(CHANNEL, notice)
-        except Exception:  # Redis away: the other replicas' reconcile will catch up
-            logger.exception("could not publish a change notice to Redis")
+        for attempt in range(3):
+            try:
+                await self._redis.publish(CHANNEL, notice)
+                return
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                # a pooled connection that died while Redis was away fails once; redis-py then
+                # connects afresh, so try again before giving up on this notice
+                if attempt == 2:
+                    logger.warning("could not publish a change notice to Redis: %s", exc)
+                    return
+                await asyncio.sleep(0.05 * (attempt + 1))
+            except Exception:  # Redis away: the other replicas' reconcile will catch up
+                logger.exception("could not publish a change notice to Redis")
+                return
 
     async def _listen_forever(self) -> None:
         """Subscribe, and resubscribe after any failure (capped, jittered backoff); whatever was

@@ -24,6 +24,7 @@ from shared.keys import hash_token
 from shared.wire import protocol as p
 from shared.wire.protocol import Access
 from shared.wire.snapshot import Snapshot
+from tests.chaos.cluster import report
 from tests.processes import free_port
 from tests.relay.helpers import (
     ENV,
@@ -171,6 +172,7 @@ def test_the_backoff_stays_within_its_cap_for_any_number_of_failures() -> None:
     assert backoff.failed(at_least=42.0) == 42.0  # a server's Retry-After is honoured
 
 
+@pytest.mark.chaos
 async def test_the_relay_still_connects_after_2000_consecutive_failures(tmp_path: Path) -> None:
     relay = make_relay(loaded=False)
     upstream = ScriptedUpstream(free_port())
@@ -189,8 +191,16 @@ async def test_the_relay_still_connects_after_2000_consecutive_failures(tmp_path
             assert client.failures == 2000
             assert client.connects == 1
             assert relay.store.connected
+            reconnected = relay.store.connected
     finally:
         await upstream.stop()
+    report(
+        "2,000 consecutive upstream failures (simulated clock)",
+        failures=len(slept),
+        simulated_outage_s=round(sum(slept), 1),
+        longest_wait_s=round(max(slept), 3),
+        reconnected=reconnected,
+    )
     assert all(0 <= s <= 0.2 for s in slept)  # capped (backoff_cap_s) all along
     assert sum(slept) > 2000 * 0.2 / 4  # and it did back off (full jitter averages cap/2)
     assert await served_dark_mode(relay) == (200, 7)
