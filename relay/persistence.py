@@ -108,7 +108,7 @@ class SnapshotFiles:
                     await asyncio.to_thread(self.delete, environment)
                 else:
                     await asyncio.to_thread(self.write, saved.snapshot, saved.access)
-            except OSError:
+            except Exception:  # a full disk above all; the next version is tried again
                 logger.exception("could not save (or delete) the snapshot of %s", environment)
 
     async def _run(self) -> None:

@@ -217,9 +217,15 @@ class Spool:
                 continue
             try:
                 await asyncio.to_thread(self._write, [record for record, _, _ in batch])
-            except OSError as exc:
+            except asyncio.CancelledError:
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(SpoolUnavailable("the relay is stopping"))
+                raise
+            except Exception as exc:  # OSError above all; anything else must not end the loop
                 self.write_errors += len(batch)
-                logger.error("spool write failed (%s); refusing %d appends", exc, len(batch))
+                log = logger.error if isinstance(exc, OSError) else logger.exception
+                log("spool write failed (%s); refusing %d appends", exc, len(batch))
                 for _, _, future in batch:
                     if not future.done():
                         future.set_exception(SpoolUnavailable(str(exc)))

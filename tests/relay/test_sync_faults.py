@@ -257,6 +257,9 @@ async def test_a_patch_from_the_future_makes_the_relay_ask_for_what_it_lacks(
         await eventually(lambda: len(upstream.hellos) == 2 and relay.store.version(ENV) == 5)
         assert upstream.hellos[1].versions == {ENV: 5}  # "I hold 5": send me what I lack
         assert relay.store.versions_behind(ENV) == 2
+        assert 'vane_relay_versions_behind{environment="production"} 2.0' in (
+            relay.metrics.render().decode()
+        )
         assert await served_dark_mode(relay) == (200, 5)  # the patch 6 -> 7 was not applied
     await upstream.stop()
 
