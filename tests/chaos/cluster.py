@@ -71,7 +71,8 @@ class RelayProcess:
             envs = self.readyz()["environments"]
         except (httpx.HTTPError, ValueError):
             return None
-        return envs.get(environment, {}).get("version")
+        version = envs.get(environment, {}).get("version")
+        return int(version) if version is not None else None
 
     def restart(self) -> None:
         self.process = Process(self.argv, env=self.env)

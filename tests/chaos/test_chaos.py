@@ -12,7 +12,9 @@ replica (connections dropped, new ones refused) without disturbing anything else
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,12 +152,14 @@ def test_postgresql_away_and_back(cluster: Cluster) -> None:
     cut_at = time.monotonic()
     for replica in cluster.replicas:
         replica.database.restore()
+
     # the retried writes: each is created once, after the gap, without restarting anything
+    def written(key: str) -> bool:
+        return cluster.api(cp1, "POST", "/flags", {"key": key}).status_code in (201, 409)
+
     for i in range(8):
         until(
-            lambda i=i: (
-                cluster.api(cp1, "POST", "/flags", {"key": f"gap-{i}"}).status_code in (201, 409)
-            ),
+            functools.partial(written, f"gap-{i}"),
             20,
             f"gap-{i} written after the database came back",
         )
@@ -362,6 +366,12 @@ def relay_memory_kib(process: Process) -> int:
 
 def test_ten_thousand_browsers_holding_streams(tmp_path: Path) -> None:
     count = int(os.environ.get("VANE_CHAOS_STREAMS", "10000"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = count + 1024  # this process holds one socket per browser
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            unavailable(f"{wanted} open files (the hard limit is {hard}; raise it: ulimit -Hn)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     cp_port = free_port()
     cp = Process(
         [*VANE, "control-plane", "--port", str(cp_port)],
