@@ -35,3 +35,37 @@ def test_a_committed_write_answers_success_when_publishing_fails(
                 break
         assert message.from_version == before.version
         assert "after-commit" in p.apply_patch(before, message).flags
+
+
+def test_a_lagging_replica_never_sends_a_relay_an_older_snapshot(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = api.client.app.state.hub
+    with connect(api) as ws:
+        hello(ws)
+        served = snapshots(ws, 2)["production"].snapshot.version
+
+    async def missed(environment_ids: Iterable[str]) -> None:  # a Redis notice that never came
+        return None
+
+    monkeypatch.setattr(hub, "refresh", missed)
+    toggled = api.post("/flags", {"key": "made-elsewhere"})
+    assert toggled.status_code == 201
+    monkeypatch.undo()
+    newer = served + 1  # what another replica already gave this relay
+
+    with connect(api) as ws:
+        hello(ws, {"production": newer})
+        api.post("/flags/made-elsewhere/environments/production/toggle", {"enabled": True})
+        while True:
+            message = receive(ws)
+            environment = (
+                message.snapshot.environment
+                if isinstance(message, p.SnapshotMessage)
+                else getattr(message, "environment", None)
+            )
+            if environment == "production":
+                break
+        # the first word about production continues from the relay's version, never behind it
+        assert isinstance(message, p.Patch), message
+        assert (message.from_version, message.version) == (newer, newer + 1)
