@@ -6,9 +6,11 @@ jittered backoff (``shared.backoff``: 0.1 s doubling to ``backoff_cap_s``, never
 ``Retry-After`` honoured), so while the control plane is away events wait on disk. Events go to
 the control plane the sync client is connected to (``upstream``), so they fail over with it.
 Spool reads and cursor commits run off the event loop; when nothing could be read although the
-spool counts pending events, the forwarder waits for the next append instead of spinning. A 422 — events the control plane refuses although
-the relay checked them with the same rules — cannot succeed by retrying: the batch is written to
-``rejected.jsonl`` beside the spool, counted, and skipped, so one bad batch never blocks the rest.
+spool counts pending events, the forwarder waits for the next append instead of spinning.
+
+A 422 — events the control plane refuses although the relay checked them with the same rules —
+cannot succeed by retrying: the batch is written to ``rejected.jsonl`` beside the spool,
+counted, and skipped, so one bad batch never blocks the rest.
 """
 
 from __future__ import annotations
@@ -61,9 +63,10 @@ class Forwarder:
     async def run(self) -> None:
         """Keep up to ``IN_FLIGHT`` batches on the way; move the cursor strictly in order. Ends
         only by cancellation: an unexpected error is logged and the round retried."""
-        idle = False
+        idle_since: int | None = None  # appends seen before a round that found nothing
         while True:
-            await self.spool.wait_for_data(timeout=1.0, new=idle)
+            await self.spool.wait_for_data(timeout=1.0, appended_since=idle_since)
+            appended = self.spool.appended_events
             try:
                 failed, sent = await self._round()
             except asyncio.CancelledError:
@@ -71,7 +74,7 @@ class Forwarder:
             except Exception:
                 logger.exception("forwarding round failed; retrying")
                 failed, sent = 0.0, 0
-            idle = failed is None and sent == 0
+            idle_since = appended if failed is None and sent == 0 else None
             if failed is None:
                 self.backoff.reset()
                 continue

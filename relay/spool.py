@@ -296,11 +296,20 @@ class Spool:
 
     # --- forwarding -------------------------------------------------------------------------------
 
-    async def wait_for_data(self, timeout: float, *, new: bool = False) -> None:  # noqa: ASYNC109
+    async def wait_for_data(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        appended_since: int | None = None,
+    ) -> None:
         """Return when events are pending (at once if some are), or after ``timeout``. With
-        ``new``, wait for an append (or the timeout) even if some are pending: the caller has read
-        everything readable, so returning at once would only make it spin."""
-        if self.pending_events and not new:
+        ``appended_since`` (a value of ``appended_events``), wait for an append after it (or the
+        timeout) even if some are pending: the caller read everything readable then, so
+        returning at once would only make it spin."""
+        if appended_since is None:
+            if self.pending_events:
+                return
+        elif self.appended_events != appended_since:
             return
         self._data.clear()
         with contextlib.suppress(TimeoutError):
