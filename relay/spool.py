@@ -117,6 +117,7 @@ class Spool:
         self.write_errors = 0  # appends refused because the disk failed
         self.corrupt_bytes = 0  # unreadable bytes skipped by the reader
         self._rotate = False  # a failed write could not be cut off: start a new segment
+        self._reclaim = False  # a write failed: empty the write segment once all is forwarded
         self._skipped: set[tuple[int, int]] = set()  # (segment, offset) already reported
 
     # --- files ----------------------------------------------------------------------------------
@@ -215,6 +216,8 @@ class Spool:
             batch, self._queue = self._queue, []
             if not batch:
                 continue
+            if self._reclaim:
+                await self._reclaim_write_segment()
             try:
                 await asyncio.to_thread(self._write, [record for record, _, _ in batch])
             except asyncio.CancelledError:
@@ -224,6 +227,7 @@ class Spool:
                 raise
             except Exception as exc:  # OSError above all; anything else must not end the loop
                 self.write_errors += len(batch)
+                self._reclaim = True
                 log = logger.error if isinstance(exc, OSError) else logger.exception
                 log("spool write failed (%s); refusing %d appends", exc, len(batch))
                 for _, _, future in batch:
@@ -236,6 +240,37 @@ class Spool:
                 self.appended_events += count
                 future.set_result(None)
             self._data.set()
+
+    async def _reclaim_write_segment(self) -> None:
+        """After a failed write (a full disk): once everything in the write segment has been
+        forwarded, empty it in place. Forwarded bytes are otherwise freed only by deleting whole
+        segments, and a disk smaller than a segment (or too full to start a new one) would stay
+        full for good. Runs between writes, in the loop's order: with the cursor at the durable
+        end, no read or acknowledgement can hold a position inside the segment."""
+        segment, end = self._durable
+        if end == 0 or self._cursor != Position(segment, end) or segment != self._write_segment:
+            return
+        try:
+            await asyncio.to_thread(self._empty_segment, segment)
+        except OSError as exc:
+            logger.error("could not empty the forwarded spool segment yet: %s", exc)
+            return
+        self._cursor = Position(segment, 0)
+        for old in [s for s in self._segments if s < segment]:
+            self._segments.remove(old)
+        self._durable = (segment, 0)
+        self._write_offset = 0
+        self._rotate = False
+        self._reclaim = False
+        self.pending_bytes = self.pending_events = 0
+        logger.info("emptied the forwarded spool segment %s to free the disk", segment)
+
+    def _empty_segment(self, segment: int) -> None:
+        # the cursor first: a crash between the two only resends forwarded events (deduplicated)
+        self._write_cursor(Position(segment, 0))
+        with open(self._path(segment), "r+b") as handle:
+            handle.truncate(0)
+            os.fsync(handle.fileno())
 
     def _write(self, records: list[bytes]) -> None:
         """Append records (rotating segments when full), then one fsync per touched file. On an

@@ -215,15 +215,19 @@ def test_the_forwarder_yields_when_pending_events_cannot_be_read(tmp_path: Path)
     assert len(ticks) >= 50, "the event loop froze"
 
 
-def test_a_really_full_disk_refuses_appends_and_frees_itself_by_forwarding(tmp_path: Path) -> None:
+@pytest.mark.parametrize("segment_bytes", [8192, 16 << 20], ids=["small-segments", "one-segment"])
+def test_a_really_full_disk_refuses_appends_and_frees_itself_by_forwarding(
+    tmp_path: Path, segment_bytes: int
+) -> None:
     """On a real (tmpfs) disk of 64 KiB: appends fail with ENOSPC, yet forwarding still moves
-    the cursor (no new file is needed for it) and frees the segments, and appends work again."""
+    the cursor (no new file is needed for it) and frees the disk — old segments deleted, or the
+    one segment larger than the disk emptied — and appends work again."""
     with small_disk(tmp_path / "disk", "64k") as mounted:
         if not mounted:
             pytest.skip("cannot mount a tmpfs here (needs root)")
 
         async def scenario() -> list[str]:
-            spool = Spool(tmp_path / "disk", segment_bytes=8192)
+            spool = Spool(tmp_path / "disk", segment_bytes=segment_bytes)
             spool.start()
             accepted: list[str] = []
 
@@ -243,9 +247,10 @@ def test_a_really_full_disk_refuses_appends_and_frees_itself_by_forwarding(tmp_p
                 await spool.acknowledge(batch)
             assert forwarded == accepted
             await spool.append(events(20_000, 1))  # room again
+            await spool.append(events(20_001, 300))  # and more than a little
             await spool.stop()
             return accepted
 
         accepted = asyncio.run(scenario())
         assert len(accepted) > 100
-        assert drain(Spool(tmp_path / "disk")) == ["id-20000"]
+        assert drain(Spool(tmp_path / "disk")) == [f"id-{i}" for i in range(20_000, 20_301)]
