@@ -300,6 +300,7 @@ def test_relay_sigkilled_mid_stream_and_its_disk_full(tmp_path: Path) -> None:
                 assert status.status_code == 503
                 assert status.headers["retry-after"]
             link.restore()
+            acknowledged_while_full = len(load.figures.events_acknowledged)
             time.sleep(2)
             kill(relay)  # SIGKILL mid-stream: requests in flight, spool being forwarded
             relay = Process(argv, env=env)
@@ -334,6 +335,7 @@ def test_relay_sigkilled_mid_stream_and_its_disk_full(tmp_path: Path) -> None:
                 "relay SIGKILLed mid-stream, disk full on the relay",
                 disk_full_simulated=mounted,
                 answers_503_while_full=full_503,
+                acknowledged_before_the_link_came_back=acknowledged_while_full,
                 events_acknowledged=len(acknowledged),
                 events_lost=lost,
                 events_doubled=doubled,
@@ -342,6 +344,7 @@ def test_relay_sigkilled_mid_stream_and_its_disk_full(tmp_path: Path) -> None:
             )
             assert lost == 0
             assert doubled == 0
+            assert len(acknowledged) > acknowledged_while_full  # it accepts again once drained
         finally:
             if relay is not None:
                 relay.stop()
