@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: up test lint bench clean
+.PHONY: up test lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+
+chaos: $(STAMP)
+	$(BIN)/pytest -m chaos -s
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks

@@ -100,12 +100,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
     background: list[asyncio.Task[None]] = []
     limiter = make_limiter(settings.rate_limit_per_s, settings.rate_limit_burst, settings.redis_url)
 
-    async def publish(project_id: str, environment_ids: frozenset[str]) -> None:
+    async def push_to_relays(project_id: str, environment_ids: frozenset[str]) -> None:
         await hub.refresh(environment_ids)
-        if fanout is not None:
-            await fanout.publish(project_id, environment_ids)
 
-    notifier.subscribe(publish)
+    notifier.subscribe(push_to_relays)
+    if fanout is not None:  # a listener of its own: a failed local push does not silence it
+        notifier.subscribe(fanout.publish)
 
     async def on_startup(app: Litestar) -> None:
         await anyio.to_thread.run_sync(migrate.upgrade, settings.database_url)
@@ -119,6 +119,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         background.append(asyncio.create_task(run_reconciler(hub, settings.reconcile_s)))
 
     async def on_shutdown(app: Litestar) -> None:
+        await notifier.drain()
         for task in background:
             task.cancel()
         if fanout is not None:

@@ -21,7 +21,8 @@ async def provide_scope(
     """Yield the request's unit of work; commit when the handler returns, roll back if it raises.
 
     Nothing is half-written: a handler that fails after some writes leaves the database as it was.
-    After the commit, environments whose snapshots changed are announced to the publisher.
+    After the commit, environments whose snapshots changed are announced to the publisher in the
+    background: the committed write is answered with its success whatever publishing does.
     """
     principal = request.user
     async with AsyncExitStack() as stack:
@@ -45,7 +46,7 @@ async def provide_scope(
         await session.commit()
         changed: set[str] = session.info.pop(CHANGED_ENVIRONMENTS, set())
         if changed:
-            await state.notifier.environments_changed(principal.project_id, changed)
+            state.notifier.announce(principal.project_id, changed)
 
 
 Ctx = NamedDependency[Scope]

@@ -24,6 +24,8 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Reference, Schema
 from litestar.typing import FieldDefinition
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from shared.wire import body
 from shared.wire.events import convert_problem
@@ -233,8 +235,29 @@ def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> R
     )
 
 
+def database_unavailable_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The database cannot be reached (restarting, partitioned): 503 with ``Retry-After``, so a
+    client retries the write instead of treating it as failed for good. Nothing was committed:
+    the request's transaction never reached its commit, or its commit failed."""
+    if isinstance(exc, DBAPIError) and not _unreachable(exc):
+        return internal_error_handler(request, exc)
+    logger.warning("database unavailable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+    return Response(
+        _body(503, "unavailable", "the database is unavailable; retry shortly", []),
+        status_code=503,
+        media_type=MediaType.JSON,
+        headers={"Retry-After": "1"},
+    )
+
+
+def _unreachable(exc: DBAPIError) -> bool:
+    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+
+
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     ApiError: api_error_handler,
     HTTPException: http_exception_handler,
+    DBAPIError: database_unavailable_handler,
+    SQLAlchemyTimeoutError: database_unavailable_handler,  # no pooled connection came free
     Exception: internal_error_handler,
 }

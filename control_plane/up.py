@@ -1,4 +1,11 @@
-"""``vane up``: a control plane and a relay on this machine, on the embedded default (SQLite)."""
+"""``vane up``: a control plane and a relay on this machine, on the embedded default (SQLite).
+
+The relay gets its key through its environment (``VANE_RELAY_KEY``), never its command line,
+where ``ps`` would show it to every user of the machine. The children run in their own process
+group (a Ctrl-C reaches ``vane up``, which stops them in order) and are bound to ``vane up``'s
+life: on Linux each asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), so
+a ``vane up`` killed outright (SIGKILL, OOM) leaves no control plane or relay holding the ports.
+"""
 
 from __future__ import annotations
 
@@ -73,10 +80,37 @@ def ensure_relay_key(url: str, saved: dict[str, dict[str, str | None]]) -> str:
     return created.key
 
 
-def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent (``vane up``) dies (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
+def _spawn(
+    argv: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
     handle = open(log, "ab")  # noqa: SIM115 - the child keeps it
-    return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    parent = os.getpid()
+
+    def prepare() -> None:
+        _die_with_parent()
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return subprocess.Popen(
+        argv,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+        preexec_fn=prepare,  # vane up runs no threads at this point
+    )
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
@@ -137,8 +171,6 @@ def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
                 "relay",
                 "--upstream",
                 cp_url,
-                "--key",
-                relay_key,
                 "--host",
                 args.host,
                 "--port",
@@ -147,6 +179,7 @@ def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
                 ".vane/relay",
             ],
             LOG_DIR / "relay.log",
+            env={"VANE_RELAY_KEY": relay_key},  # not argv: ps shows argv to every user
         )
         _wait_ready(f"{relay_url}/readyz", relay, LOG_DIR / "relay.log")
         _banner(cp_url, relay_url, url, saved)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from relay.forwarder import Forwarder
@@ -34,7 +35,7 @@ class RelayApp:
         self.metrics = RelayMetrics(self.store)
         self.sync = SyncClient(settings, self.store, self.files)
         self.spool = Spool(settings.data_dir / "spool", max_bytes=settings.spool_max_bytes)
-        self.forwarder = Forwarder(settings, self.spool)
+        self.forwarder = Forwarder(settings, self.spool, upstream=lambda: self.sync.upstream)
         self.http = build_http_app(
             self.store,
             settings,
@@ -42,6 +43,71 @@ class RelayApp:
             extra_routes=[events.registrar(self.spool), experiments.registrar(self.spool)],
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._register_fault_metrics()
+
+    def _register_fault_metrics(self) -> None:
+        """What a fault looks like from outside: ``/metrics`` gauges and ``/readyz`` sections."""
+        spool, forwarder, sync, gauge = self.spool, self.forwarder, self.sync, self.metrics
+        gauge.register_gauge_callback(
+            "upstream_info",
+            "1 for the control plane the relay is connected to (or tried last).",
+            lambda: {(sync.upstream,): 1.0},
+            labels=("upstream",),
+        )
+        gauge.register_gauge_callback(
+            "upstream_failures",
+            "Failed connection attempts to control planes.",
+            lambda: sync.failures,
+        )
+        gauge.register_gauge_callback(
+            "snapshots_refused",
+            "Snapshots or patches refused for not being newer than the served version.",
+            lambda: sync.refused,
+        )
+        gauge.register_gauge_callback(
+            "event_spool_write_errors",
+            "Appends refused (503) because the disk failed (full, read-only).",
+            lambda: spool.write_errors,
+        )
+        gauge.register_gauge_callback(
+            "event_spool_corrupt_bytes",
+            "Unreadable spool bytes skipped.",
+            lambda: spool.corrupt_bytes,
+        )
+        gauge.register_gauge_callback(
+            "forward_failures",
+            "Forwarding rounds that failed and were retried.",
+            lambda: forwarder.failures,
+        )
+        gauge.register_status(
+            "sync",
+            lambda: {
+                "connects": sync.connects,
+                "failures": sync.failures,
+                "refusedVersions": sync.refused,
+                "upstreams": list(self.settings.upstream_urls),
+            },
+        )
+        gauge.register_status(
+            "spool",
+            lambda: {
+                "pendingEvents": spool.pending_events,
+                "pendingBytes": spool.pending_bytes,
+                "maxBytes": spool.max_bytes,
+                "writeErrors": spool.write_errors,
+                "corruptBytes": spool.corrupt_bytes,
+            },
+        )
+        gauge.register_status(
+            "forwarder",
+            lambda: {
+                "upstreamOk": forwarder.upstream_ok,
+                "failures": forwarder.failures,
+                "accepted": forwarder.accepted,
+                "duplicates": forwarder.duplicates,
+                "rejected": forwarder.rejected,
+            },
+        )
 
     def load_saved(self) -> None:
         for saved in self.files.load_all():
@@ -71,8 +137,8 @@ class RelayApp:
         self.files.start()
         self.spool.start()
         self._tasks = [
-            asyncio.create_task(self.sync.run()),
-            asyncio.create_task(self.forwarder.run()),
+            asyncio.create_task(supervise("upstream sync", self.sync.run)),
+            asyncio.create_task(supervise("event forwarder", self.forwarder.run)),
         ]
 
     async def shutdown(self) -> None:
@@ -106,6 +172,19 @@ class RelayApp:
                 await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def supervise(name: str, run: Callable[[], Awaitable[None]]) -> None:
+    """Run a loop that should never end; if it does (a bug), say so and start it again."""
+    while True:
+        try:
+            await run()
+            logger.error("%s stopped; restarting it", name)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("%s died; restarting it", name)
+        await asyncio.sleep(1.0)
 
 
 def freeze_heap() -> None:

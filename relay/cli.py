@@ -1,31 +1,64 @@
-"""``vane relay``: serve a relay (granian, one worker) against a control plane."""
+"""``vane relay``: serve a relay (granian, one worker) against one or more control planes."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import resource
 import sys
+import time
+
+from relay.settings import split_upstreams
+
+KEY_WAIT_S = 2.0  # a relay started before its key exists re-reads the key file this often
 
 
 def add_relay_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     relay = sub.add_parser("relay", help="serve a relay next to your apps")
     relay.add_argument(
         "--upstream",
-        default=os.environ.get("VANE_RELAY_UPSTREAM", "http://127.0.0.1:8000"),
-        help="control plane base URL",
+        action="append",
+        default=None,
+        help="control plane base URL; repeat for several replicas, preferred first "
+        "(default: $VANE_RELAY_UPSTREAM, comma-separated, or http://127.0.0.1:8000)",
     )
     relay.add_argument(
         "--key",
-        default=os.environ.get("VANE_RELAY_KEY"),
-        help="relay key rsk_… (default: $VANE_RELAY_KEY)",
+        default=None,
+        help="relay key rsk_… (prefer $VANE_RELAY_KEY or --key-file: argv is visible in ps)",
     )
-    relay.add_argument("--key-file", help="read the relay key from this file instead")
-    relay.add_argument("--host", default="127.0.0.1")
-    relay.add_argument("--port", type=int, default=8100)
+    relay.add_argument(
+        "--key-file",
+        default=os.environ.get("VANE_RELAY_KEY_FILE"),
+        help="read the relay key from this file; waits until it holds one "
+        "(default: $VANE_RELAY_KEY_FILE)",
+    )
+    relay.add_argument("--host", default=os.environ.get("VANE_RELAY_HOST", "127.0.0.1"))
+    relay.add_argument("--port", type=int, default=int(os.environ.get("VANE_RELAY_PORT", "8100")))
     relay.add_argument(
         "--data-dir",
         default=os.environ.get("VANE_RELAY_DATA_DIR", ".vane/relay"),
-        help="where last-known-good snapshots are kept",
+        help="where last-known-good snapshots and the event spool are kept",
+    )
+    relay.add_argument(
+        "--max-streams",
+        type=int,
+        default=int(os.environ.get("VANE_RELAY_MAX_STREAMS", "10000")),
+        help="open OFREP event streams held at most; more get 503 + Retry-After",
+    )
+    relay.add_argument(
+        "--max-requests",
+        type=int,
+        default=int(os.environ.get("VANE_RELAY_MAX_REQUESTS", "1024")),
+        help="other requests (evaluations, events) in flight at once, beyond the streams",
+    )
+    relay.add_argument(
+        "--http-buffer-bytes",
+        type=int,
+        default=int(os.environ.get("VANE_RELAY_HTTP_BUFFER_BYTES", "8192")),
+        help="per-connection HTTP/1 read buffer, at least 8192 (request heads must fit; bodies "
+        "stream through): granian's 400 KiB default costs ~10 KiB per open stream",
     )
     relay.set_defaults(func=cmd_relay)
 
@@ -36,29 +69,75 @@ def exec_relay_only(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "relay", *argv])
 
 
+def read_key(args: argparse.Namespace) -> str | None:
+    """The relay key from --key, $VANE_RELAY_KEY or --key-file; with a key file that is missing
+    or empty (a key not created yet), wait for it and say so, rather than exit."""
+    key = args.key or os.environ.get("VANE_RELAY_KEY")
+    if key or not args.key_file:
+        return key
+    said = False
+    while True:
+        with contextlib.suppress(OSError):
+            with open(args.key_file) as handle:
+                key = handle.read().strip()
+            if key:
+                return key
+        if not said:
+            print(
+                f"waiting for a relay key in {args.key_file} (missing or empty; "
+                "create one with `vane keys create --kind relay`)",
+                file=sys.stderr,
+                flush=True,
+            )
+            said = True
+        time.sleep(KEY_WAIT_S)
+
+
+def raise_open_file_limit(wanted: int) -> None:
+    """Every open stream is a socket: lift the soft limit towards the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def cmd_relay(args: argparse.Namespace) -> int:
     from granian import Granian
+    from granian.http import HTTP1Settings
 
     if "control_plane" in sys.modules and not os.environ.get("VANE_RELAY_NO_EXEC"):
         exec_relay_only(sys.argv[2:] if sys.argv[1:2] == ["relay"] else sys.argv[1:])
 
-    if args.key_file:
-        with open(args.key_file) as handle:
-            args.key = handle.read().strip()
-    if not args.key or not args.key.startswith("rsk_"):
-        print("a relay key (rsk_…) is required: --key or VANE_RELAY_KEY", file=sys.stderr)
+    upstreams = tuple(url.rstrip("/") for url in args.upstream or ()) or split_upstreams(
+        os.environ.get("VANE_RELAY_UPSTREAM", "")
+    )
+    upstreams = upstreams or ("http://127.0.0.1:8000",)
+    key = read_key(args)
+    if not key or not key.startswith("rsk_"):
+        print(
+            "a relay key (rsk_…) is required: VANE_RELAY_KEY, --key-file or --key",
+            file=sys.stderr,
+        )
         return 2
     os.environ.update(
         {
-            "VANE_RELAY_UPSTREAM": args.upstream,
-            "VANE_RELAY_KEY": args.key,
+            "VANE_RELAY_UPSTREAM": ",".join(upstreams),
+            "VANE_RELAY_KEY": key,
             "VANE_RELAY_HOST": args.host,
             "VANE_RELAY_PORT": str(args.port),
             "VANE_RELAY_DATA_DIR": args.data_dir,
+            "VANE_RELAY_MAX_STREAMS": str(args.max_streams),
         }
     )
+    # granian admits `backpressure` requests at once per worker (default: its backlog, 1,024);
+    # an open stream is a request in flight, so streams alone used to fill it and every
+    # evaluation then waited forever. Room for every stream the relay accepts plus the others.
+    in_flight = args.max_streams + args.max_requests
+    raise_open_file_limit(in_flight + 1024)
     print(
-        f"Vane relay on http://{args.host}:{args.port}  (upstream {args.upstream}, data {args.data_dir})"
+        f"Vane relay on http://{args.host}:{args.port}  "
+        f"(upstream {', '.join(upstreams)}, data {args.data_dir})"
     )
     sys.stdout.flush()
     Granian(
@@ -69,5 +148,8 @@ def cmd_relay(args: argparse.Namespace) -> int:
         interface="asgi",  # type: ignore[arg-type]
         workers=1,
         log_access=False,
+        backpressure=in_flight,
+        http1_settings=HTTP1Settings(max_buffer_size=max(8192, args.http_buffer_bytes)),
+        backlog=max(2048, min(in_flight, 65535)),
     ).serve()
     return 0

@@ -1,10 +1,16 @@
 """Forwards spooled events to the control plane's ``/api/v1/events`` with the relay key.
 
-The cursor moves only after a 200, strictly in order, with up to three batches in flight. Transport errors, 5xx, 429 and 401/403 (a key being rotated)
-are retried with full-jitter backoff (0.1 s doubling to 10 s; ``Retry-After`` honoured), so while
-the control plane is away events wait on disk. A 422 — events the control plane refuses although
-the relay checked them with the same rules — cannot succeed by retrying: the batch is written to
-``rejected.jsonl`` beside the spool, counted, and skipped, so one bad batch never blocks the rest.
+The cursor moves only after a 200, strictly in order, with up to three batches in flight.
+Transport errors, 5xx, 429 and 401/403 (a key being rotated) are retried with the shared capped,
+jittered backoff (``shared.backoff``: 0.1 s doubling to ``backoff_cap_s``, never overflowing;
+``Retry-After`` honoured), so while the control plane is away events wait on disk. Events go to
+the control plane the sync client is connected to (``upstream``), so they fail over with it.
+Spool reads and cursor commits run off the event loop; when nothing could be read although the
+spool counts pending events, the forwarder waits for the next append instead of spinning.
+
+A 422 — events the control plane refuses although the relay checked them with the same rules —
+cannot succeed by retrying: the batch is written to ``rejected.jsonl`` beside the spool,
+counted, and skipped, so one bad batch never blocks the rest.
 """
 
 from __future__ import annotations
@@ -12,71 +18,96 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 import httpx
 import msgspec
 
 from relay.settings import RelaySettings
 from relay.spool import Batch, Spool
+from shared.backoff import Backoff
 
 logger = logging.getLogger("vane.relay.forwarder")
 
 MAX_BATCH = 1000
 IN_FLIGHT = 3
-MAX_BACKOFF_S = 10.0
 
 
 class Forwarder:
     def __init__(
-        self, settings: RelaySettings, spool: Spool, client: httpx.AsyncClient | None = None
+        self,
+        settings: RelaySettings,
+        spool: Spool,
+        client: httpx.AsyncClient | None = None,
+        *,
+        upstream: Callable[[], str] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
         self.spool = spool
-        self.url = settings.upstream.rstrip("/") + "/api/v1/events"
+        self._upstream = upstream or (lambda: settings.upstream_urls[0])
         self._client = client or httpx.AsyncClient(timeout=30)
+        self._sleep = sleep
+        self.backoff = Backoff(base=0.1, cap=settings.backoff_cap_s)
         self.accepted = 0
         self.duplicates = 0
         self.rejected = 0
         self.failures = 0
         self.upstream_ok = False
 
+    @property
+    def url(self) -> str:
+        return self._upstream().rstrip("/") + "/api/v1/events"
+
     async def run(self) -> None:
-        """Keep up to ``IN_FLIGHT`` batches on the way; move the cursor strictly in order."""
-        attempt = 0
+        """Keep up to ``IN_FLIGHT`` batches on the way; move the cursor strictly in order. Ends
+        only by cancellation: an unexpected error is logged and the round retried."""
+        idle_since: int | None = None  # appends seen before a round that found nothing
         while True:
-            await self.spool.wait_for_data(timeout=1.0)
-            in_flight: deque[tuple[Batch, asyncio.Task[float | None]]] = deque()
-            position = self.spool.cursor
-            failed: float | None = None
+            await self.spool.wait_for_data(timeout=1.0, appended_since=idle_since)
+            appended = self.spool.appended_events
+            try:
+                failed, sent = await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("forwarding round failed; retrying")
+                failed, sent = 0.0, 0
+            idle_since = appended if failed is None and sent == 0 else None
+            if failed is None:
+                self.backoff.reset()
+                continue
+            self.failures += 1
+            await self._sleep(self.backoff.failed(at_least=failed))
+
+    async def _round(self) -> tuple[float | None, int]:
+        """Send from the cursor until the spool is drained or a batch fails: (the least delay
+        asked for by a failure, or None; events acknowledged)."""
+        in_flight: deque[tuple[Batch, asyncio.Task[float | None]]] = deque()
+        position = self.spool.cursor
+        sent = 0
+        try:
             while True:
                 while len(in_flight) < IN_FLIGHT:
-                    batch = self.spool.read(MAX_BATCH, position)
+                    batch = await self.spool.read_async(MAX_BATCH, position)
                     if not batch.events:
                         break
                     position = batch.end
                     in_flight.append((batch, asyncio.create_task(self._send(batch))))
                 if not in_flight:
-                    break
+                    return None, sent
                 batch, task = in_flight.popleft()
                 delay = await task
                 if delay is not None:
-                    failed = delay
-                    break
-                self._done(batch)
+                    return delay, sent
+                await self.spool.acknowledge(batch)
+                sent += len(batch.events)
+        finally:
             for _, task in in_flight:  # after a failure: resend from the cursor later (idempotent)
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-            if failed is None:
-                attempt = 0
-                continue
-            attempt += 1
-            self.failures += 1
-            await asyncio.sleep(
-                max(failed, random.uniform(0, min(MAX_BACKOFF_S, 0.1 * 2**attempt)))
-            )
 
     async def _send(self, batch: Batch) -> float | None:
         """None when the batch is done with; else the least seconds to wait before retrying."""
@@ -100,7 +131,7 @@ class Forwarder:
             self.upstream_ok = True
             return None
         if response.status_code == 422:
-            self._reject(batch, response.text)
+            await self._reject(batch, response.text)
             return None
         self.upstream_ok = False
         retry_after = response.headers.get("retry-after", "")
@@ -111,17 +142,16 @@ class Forwarder:
         )
         return float(retry_after) if retry_after.replace(".", "", 1).isdigit() else 0.0
 
-    def _reject(self, batch: Batch, reason: str) -> None:
+    async def _reject(self, batch: Batch, reason: str) -> None:
         """Keep a refused batch beside the spool; the cursor passes it with the others."""
         self.rejected += len(batch.events)
         logger.error("control plane refused %d events: %s", len(batch.events), reason[:500])
-        with open(self.spool.directory / "rejected.jsonl", "ab") as handle:
-            handle.write(
-                msgspec.json.encode({"reason": reason[:2000], "events": batch.events}) + b"\n"
-            )
+        line = msgspec.json.encode({"reason": reason[:2000], "events": batch.events}) + b"\n"
+        await asyncio.to_thread(self._append_rejected, line)
 
-    def _done(self, batch: Batch) -> None:
-        self.spool.commit(batch)
+    def _append_rejected(self, line: bytes) -> None:
+        with open(self.spool.directory / "rejected.jsonl", "ab") as handle:
+            handle.write(line)
 
     async def close(self) -> None:
         await self._client.aclose()

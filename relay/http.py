@@ -360,9 +360,25 @@ def build_http_app(
     streams = sse.EventStreams(browser, keepalive_s=sse_keepalive_s)
     ofrep.register(router, browser, streams)
     streams.register(router)
-    feed.SnapshotFeed(browser, streams.hub, keepalive_s=sse_keepalive_s).register(router)
+    feed.SnapshotFeed(browser, streams.hub).register(router)
     metrics.register_gauge_callback(
         "sse_streams", "Open OFREP event streams.", streams.hub.open_streams
+    )
+    metrics.register_gauge_callback(
+        "sse_streams_max", "Event streams this relay holds at most.", lambda: streams.max_streams
+    )
+    metrics.register_gauge_callback(
+        "sse_streams_refused",
+        "Event streams refused (503) for being over the maximum.",
+        lambda: streams.refused_full,
+    )
+    metrics.register_status(
+        "streams",
+        lambda: {
+            "open": streams.hub.open_streams(),
+            "max": streams.max_streams,
+            "refused": streams.refused_full,
+        },
     )
     for register in extra_routes:
         register(router, browser)

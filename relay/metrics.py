@@ -33,6 +33,7 @@ class RelayMetrics:
         self.evaluations: dict[str, int] = {}
         self.requests: dict[tuple[str, int], int] = {}
         self._gauges: list[tuple[str, str, Sequence[str], Callable[[], GaugeValue]]] = []
+        self._status: dict[str, Callable[[], object]] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
@@ -58,6 +59,13 @@ class RelayMetrics:
             metrics.register_gauge_callback("spool_depth", "Events waiting upstream.", spool.depth)
         """
         self._gauges.append((PREFIX + name, help, tuple(labels), fn))
+
+    def register_status(self, name: str, fn: Callable[[], object]) -> None:
+        """Add a section to ``/readyz``: ``fn`` returns a JSON-able value at each call."""
+        self._status[name] = fn
+
+    def status(self) -> dict[str, object]:
+        return {name: fn() for name, fn in self._status.items()}
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -92,12 +100,19 @@ class RelayMetrics:
             "Seconds since the served snapshot version was received (or loaded from disk).",
             labels=["environment"],
         )
+        behind = GaugeMetricFamily(
+            PREFIX + "versions_behind",
+            "Versions the upstream has announced that the relay does not serve (0: current).",
+            labels=["environment"],
+        )
         now = time.time()
         for env, state in sorted(self.store.states.items()):
             version.add_metric([env], state.version)
             age.add_metric([env], max(0.0, now - state.received_at))
+            behind.add_metric([env], self.store.versions_behind(env))
         yield version
         yield age
+        yield behind
 
         yield GaugeMetricFamily(
             PREFIX + "upstream_connected",

@@ -32,7 +32,7 @@ _decoder: msgspec.msgpack.Decoder[Saved] = msgspec.msgpack.Decoder(Saved)
 class SnapshotFiles:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._pending: dict[str, Saved] = {}
+        self._pending: dict[str, Saved | None] = {}  # None: delete the environment's file
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -56,6 +56,16 @@ class SnapshotFiles:
         finally:
             os.close(directory)
 
+    def delete(self, environment: str) -> None:
+        """Remove one environment's file durably (blocking); no file is fine."""
+        self.path_of(environment).unlink(missing_ok=True)
+        if self.directory.is_dir():
+            directory = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+
     def load_all(self) -> list[Saved]:
         """Every readable saved snapshot; an unreadable file is logged and skipped."""
         if not self.directory.is_dir():
@@ -74,6 +84,11 @@ class SnapshotFiles:
         self._pending[snapshot.environment] = Saved(snapshot=snapshot, access=access, saved_at=0.0)
         self._wake.set()
 
+    def schedule_removal(self, environment: str) -> None:
+        """Forget ``environment`` on disk too (after any write still queued for it)."""
+        self._pending[environment] = None
+        self._wake.set()
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
@@ -89,9 +104,12 @@ class SnapshotFiles:
             environment, saved = next(iter(self._pending.items()))
             del self._pending[environment]
             try:
-                await asyncio.to_thread(self.write, saved.snapshot, saved.access)
-            except OSError:
-                logger.exception("could not save the snapshot of %s", environment)
+                if saved is None:
+                    await asyncio.to_thread(self.delete, environment)
+                else:
+                    await asyncio.to_thread(self.write, saved.snapshot, saved.access)
+            except Exception:  # a full disk above all; the next version is tried again
+                logger.exception("could not save (or delete) the snapshot of %s", environment)
 
     async def _run(self) -> None:
         while True:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 @dataclass(frozen=True, slots=True)
 class RelaySettings:
-    upstream: str  # control plane base URL, e.g. http://127.0.0.1:8000
+    upstream: str  # control plane base URL, e.g. http://127.0.0.1:8000 (the preferred one)
     key: str  # rsk_ relay key
+    upstreams: tuple[str, ...] = ()  # every control-plane URL, preferred first; () = (upstream,)
     host: str = "127.0.0.1"
     port: int = 8100
     data_dir: Path = Path(".vane/relay")
@@ -23,21 +24,23 @@ class RelaySettings:
     rate_limit_per_s: float = 0.0  # per public key and relay process; 0 = off
     rate_limit_burst: int = 0
     spool_max_bytes: int = 256 << 20  # events waiting to be forwarded; beyond this, 503
+    max_streams: int = 10_000  # open OFREP event streams; beyond this, 503 + Retry-After
+    backoff_cap_s: float = 10.0  # reconnect/retry delays never exceed this (full jitter below)
+
+    @property
+    def upstream_urls(self) -> tuple[str, ...]:
+        """Every control plane to try, preferred first."""
+        return self.upstreams or (self.upstream,)
 
     @property
     def websocket_url(self) -> str:
-        base = self.upstream.rstrip("/")
-        if base.startswith("https://"):
-            base = "wss://" + base[len("https://") :]
-        elif base.startswith("http://"):
-            base = "ws://" + base[len("http://") :]
-        return base + "/api/v1/relay/stream"
+        return websocket_url(self.upstream)
 
     @classmethod
     def from_env(cls, **overrides: object) -> RelaySettings:
         env = os.environ
         values: dict[str, object] = {
-            "upstream": env.get("VANE_RELAY_UPSTREAM", "http://127.0.0.1:8000"),
+            "upstreams": split_upstreams(env.get("VANE_RELAY_UPSTREAM", "")),
             "key": env.get("VANE_RELAY_KEY", ""),
             "host": env.get("VANE_RELAY_HOST", "127.0.0.1"),
             "port": int(env.get("VANE_RELAY_PORT", "8100")),
@@ -49,10 +52,31 @@ class RelaySettings:
             "rate_limit_per_s": float(env.get("VANE_RELAY_RATE_LIMIT", "0")),
             "rate_limit_burst": int(env.get("VANE_RELAY_RATE_BURST", "0")),
             "spool_max_bytes": int(env.get("VANE_RELAY_SPOOL_MAX_BYTES", str(256 << 20))),
+            "max_streams": int(env.get("VANE_RELAY_MAX_STREAMS", "10000")),
+            "backoff_cap_s": float(env.get("VANE_RELAY_BACKOFF_CAP_S", "10")),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
+        upstreams = values["upstreams"] or ("http://127.0.0.1:8000",)
+        assert isinstance(upstreams, tuple)
+        values["upstreams"] = upstreams
+        values.setdefault("upstream", upstreams[0])
         if not values["sse_secret"]:
             values["sse_secret"] = secrets.token_bytes(32)
         if not values["relay_id"]:
             values["relay_id"] = f"relay-{secrets.token_hex(3)}"
         return cls(**values)  # type: ignore[arg-type]
+
+
+def split_upstreams(text: str) -> tuple[str, ...]:
+    """``VANE_RELAY_UPSTREAM``: one URL, or several separated by commas (preferred first)."""
+    return tuple(url.strip().rstrip("/") for url in text.split(",") if url.strip())
+
+
+def websocket_url(upstream: str) -> str:
+    """The relay stream endpoint of a control plane's base URL."""
+    base = upstream.rstrip("/")
+    if base.startswith("https://"):
+        base = "wss://" + base[len("https://") :]
+    elif base.startswith("http://"):
+        base = "ws://" + base[len("http://") :]
+    return base + "/api/v1/relay/stream"

@@ -63,6 +63,7 @@ class Caller:
 
 
 Listener = Callable[[EnvironmentState], None]
+RemovalListener = Callable[[str], None]
 
 
 @dataclass
@@ -74,8 +75,11 @@ class Store:
     connected: bool = False
     last_upstream_message: float = 0.0  # monotonic seconds
     stale_after: float = 30.0
+    upstream: str = ""  # the control plane connected to (or tried last)
+    offered: dict[str, int] = field(default_factory=dict)  # newest version upstream announced
     _keys: dict[str, Caller] = field(default_factory=dict)
     _listeners: list[Listener] = field(default_factory=list)
+    _removal_listeners: list[RemovalListener] = field(default_factory=list)
     _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
 
     def get(self, environment: str) -> EnvironmentState | None:
@@ -88,14 +92,32 @@ class Store:
     def versions(self) -> dict[str, int]:
         return {env: state.version for env, state in self.states.items()}
 
+    def is_newer(self, environment: str, version: int) -> bool:
+        """Whether ``version`` would move ``environment`` forward (versions never go back)."""
+        current = self.states.get(environment)
+        return current is None or version > current.version
+
     def swap(self, state: EnvironmentState) -> None:
-        """Make ``state`` current for its environment and tell every listener."""
+        """Make ``state`` current for its environment and tell every listener (the sync client
+        checks ``is_newer`` first: what comes from upstream never rolls a version back)."""
         self.states[state.environment] = state
         self._rebuild_keys()
         for listener in list(self._listeners):
             listener(state)
         for event in self._waiters.pop(state.environment, []):
             event.set()
+
+    def remove(self, environment: str) -> bool:
+        """Stop serving ``environment``: its keys stop resolving at once, removal listeners (open
+        streams, the disk copy) hear of it. False if it was not served."""
+        if self.states.pop(environment, None) is None:
+            return False
+        self._rebuild_keys()
+        for listener in list(self._removal_listeners):
+            listener(environment)
+        for event in self._waiters.pop(environment, []):
+            event.set()
+        return True
 
     def _rebuild_keys(self) -> None:
         keys: dict[str, Caller] = {}
@@ -113,6 +135,10 @@ class Store:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
+    def listen_removals(self, listener: RemovalListener) -> Callable[[], None]:
+        self._removal_listeners.append(listener)
+        return lambda: self._removal_listeners.remove(listener)
+
     async def wait_for_change(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait until ``environment`` gets a new state; False on timeout."""
         event = asyncio.Event()
@@ -125,6 +151,16 @@ class Store:
                 waiters.remove(event)
             return False
         return True
+
+    def note_offered(self, environment: str, version: int) -> None:
+        """Upstream announced ``version`` of ``environment`` (served or not)."""
+        if version > self.offered.get(environment, 0):
+            self.offered[environment] = version
+
+    def versions_behind(self, environment: str) -> int:
+        """How many versions upstream announced beyond the one served (0 when current)."""
+        served = self.version(environment) or 0
+        return max(0, self.offered.get(environment, 0) - served)
 
     def upstream_alive(self) -> None:
         self.last_upstream_message = time.monotonic()

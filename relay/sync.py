@@ -1,8 +1,18 @@
 """The relay's websocket client: hello, then snapshots and patches, heartbeats both ways.
 
-It reconnects with full-jitter exponential backoff (0.1 s doubling to 10 s). A patch that does
-not start at the version the relay holds makes it ask again (a new ``Hello``); the control plane
-then sends the full snapshot.
+Upstreams are tried in order (``--upstream`` may be repeated; the first is preferred): a failed
+connection moves on to the next at once, and only when every one failed does the client back off
+(``shared.backoff``: full jitter, capped at ``backoff_cap_s``, never overflowing however long the
+outage). Each new round starts again from the preferred upstream, so a relay that failed over
+returns to it once it is back and the current one goes away.
+
+Versions only move forward at the relay: a snapshot or patch not newer than what it serves (a
+lagging control-plane replica, a duplicate) is refused and logged, never served. A patch that
+does not start at the version the relay holds makes it ask again (a new ``Hello`` naming its
+versions); the control plane then sends what the relay lacks.
+
+An environment the control plane no longer names in its ``Welcome`` is removed cleanly: its keys
+stop resolving at once, its open event streams end, its disk copy is deleted.
 """
 
 from __future__ import annotations
@@ -10,50 +20,74 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
+from collections.abc import Awaitable, Callable
 
 import websockets
 from websockets.asyncio.client import ClientConnection
 
 from relay.persistence import SnapshotFiles
-from relay.settings import RelaySettings
+from relay.settings import RelaySettings, websocket_url
 from relay.store import EnvironmentState, Store
+from shared.backoff import Backoff
 from shared.engine import CompileError
 from shared.wire import protocol as p
 from shared.wire.snapshot import Snapshot
 
 logger = logging.getLogger("vane.relay.sync")
 
-MAX_BACKOFF_S = 10.0
+Sleep = Callable[[float], Awaitable[None]]
 
 
 class SyncClient:
-    def __init__(self, settings: RelaySettings, store: Store, files: SnapshotFiles) -> None:
+    def __init__(
+        self,
+        settings: RelaySettings,
+        store: Store,
+        files: SnapshotFiles,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        backoff: Backoff | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.files = files
         self.heartbeat_s = settings.heartbeat_s
         self.connects = 0
+        self.failures = 0  # connection attempts that failed, all upstreams
+        self.refused = 0  # snapshots/patches refused for not being newer
+        self.upstream = settings.upstream_urls[0]  # the one connected to, or tried last
+        self.backoff = backoff or Backoff(base=0.1, cap=settings.backoff_cap_s)
+        self._sleep = sleep
 
     async def run(self) -> None:
-        attempt = 0
+        """Connect, serve the session, and on any failure try the next upstream; never ends
+        except by cancellation."""
         while True:
-            try:
-                await self._session()
-                attempt = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure: back off and reconnect
-                logger.warning("upstream %s: %s", self.settings.websocket_url, exc)
-            finally:
-                self.store.connected = False
-            attempt += 1
-            await asyncio.sleep(random.uniform(0, min(MAX_BACKOFF_S, 0.1 * 2**attempt)))
+            for upstream in self.settings.upstream_urls:
+                self.upstream = self.store.upstream = upstream
+                try:
+                    await self._session(upstream)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # any failure: next upstream, then back off
+                    self.failures += 1
+                    level = logging.WARNING if self.backoff.attempt < 10 else logging.DEBUG
+                    logger.log(level, "upstream %s: %s", upstream, exc or type(exc).__name__)
+                finally:
+                    self.store.connected = False
+            delay = self.backoff.failed()
+            if self.backoff.attempt % 100 == 0:
+                logger.warning(
+                    "%d rounds without a control plane (%s); still retrying",
+                    self.backoff.attempt,
+                    ", ".join(self.settings.upstream_urls),
+                )
+            await self._sleep(delay)
 
-    async def _session(self) -> None:
+    async def _session(self, upstream: str) -> None:
         async with websockets.connect(
-            self.settings.websocket_url,
+            websocket_url(upstream),
             additional_headers={"Authorization": f"Bearer {self.settings.key}"},
             max_size=None,
             ping_interval=None,  # the protocol has its own heartbeats
@@ -65,6 +99,8 @@ class SyncClient:
             self.connects += 1
             self.store.connected = True
             self.store.upstream_alive()
+            self.backoff.reset()
+            logger.info("connected to %s", upstream)
             heartbeat = asyncio.create_task(self._heartbeat(socket))
             try:
                 async for frame in socket:
@@ -83,13 +119,19 @@ class SyncClient:
                 self.store.expected = frozenset(environments)
                 self.heartbeat_s = heartbeat_ms / 1000
                 self.store.stale_after = max(self.settings.stale_after_s, 3 * self.heartbeat_s)
-                for environment in set(self.store.states) - set(environments):
+                for environment in sorted(set(self.store.states) - set(environments)):
                     logger.warning("no longer allowed to serve %s; dropping it", environment)
-                    del self.store.states[environment]
+                    self.store.remove(environment)
+                    self.files.schedule_removal(environment)
             case p.SnapshotMessage(snapshot=snapshot, access=access):
+                self.store.note_offered(snapshot.environment, snapshot.version)
                 self._accept(snapshot, access)
             case p.Patch() as patch:
+                self.store.note_offered(patch.environment, patch.version)
                 current = self.store.get(patch.environment)
+                if current is not None and patch.version <= current.version:
+                    self._refuse(patch.environment, patch.version, current.version)
+                    return
                 if current is None or current.version != patch.from_version:
                     logger.info("patch %s does not follow our version; resyncing", patch.version)
                     await socket.send(
@@ -104,7 +146,22 @@ class SyncClient:
             case p.Pong():
                 pass
 
+    def _refuse(self, environment: str, version: int, current: int) -> None:
+        self.refused += 1
+        logger.warning(
+            "refusing version %d of %s from %s: serving %d already (a lagging replica?)",
+            version,
+            environment,
+            self.upstream,
+            current,
+        )
+
     def _accept(self, snapshot: Snapshot, access: p.Access) -> None:
+        if not self.store.is_newer(snapshot.environment, snapshot.version):
+            current = self.store.version(snapshot.environment)
+            assert current is not None
+            self._refuse(snapshot.environment, snapshot.version, current)
+            return
         try:
             state = EnvironmentState.build(
                 snapshot, access, previous=self.store.get(snapshot.environment)

@@ -14,8 +14,11 @@ import logging
 from collections.abc import Iterable
 
 from redis import asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from control_plane.publishing.hub import Hub
+from shared.backoff import Backoff
 
 logger = logging.getLogger("vane.fanout")
 
@@ -30,6 +33,7 @@ class RedisFanout:
         self._redis: aioredis.Redis | None = None
         self._task: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
+        self._backoff = Backoff(base=0.2, cap=5.0)
 
     async def start(self) -> None:
         self._redis = aioredis.from_url(self._url)
@@ -53,27 +57,43 @@ class RedisFanout:
                 "environments": sorted(environment_ids),
             }
         )
-        try:
-            await self._redis.publish(CHANNEL, notice)
-        except Exception:  # Redis away: the other replicas' reconcile will catch up
-            logger.exception("could not publish a change notice to Redis")
+        for attempt in range(3):
+            try:
+                await self._redis.publish(CHANNEL, notice)
+                return
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                # a pooled connection that died while Redis was away fails once; redis-py then
+                # connects afresh, so try again before giving up on this notice
+                if attempt == 2:
+                    logger.warning("could not publish a change notice to Redis: %s", exc)
+                    return
+                await asyncio.sleep(0.05 * (attempt + 1))
+            except Exception:  # Redis away: the other replicas' reconcile will catch up
+                logger.exception("could not publish a change notice to Redis")
+                return
 
     async def _listen_forever(self) -> None:
-        delay = 0.2
+        """Subscribe, and resubscribe after any failure (capped, jittered backoff); whatever was
+        published meanwhile is caught up from the database. Ends only by cancellation."""
+        backoff = self._backoff
         while True:
+            reason: object = "the subscription ended"
             try:
                 await self._listen()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.warning("Redis subscription lost; retrying in %.1f s", delay)
-                self.subscribed.clear()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                # whatever was published meanwhile is caught up from the database
+            except Exception as exc:
+                reason = exc
+            self.subscribed.clear()
+            delay = backoff.failed()
+            logger.warning("Redis subscription lost (%s); retrying in %.1f s", reason, delay)
+            await asyncio.sleep(delay)
+            try:
                 await self._hub.reconcile()
-            else:
-                delay = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("catching up after Redis came back failed; will retry")
 
     async def _listen(self) -> None:
         assert self._redis is not None
@@ -81,6 +101,8 @@ class RedisFanout:
         try:
             await pubsub.subscribe(CHANNEL)
             self.subscribed.set()
+            self._backoff.reset()
+            logger.info("subscribed to Redis channel %s", CHANNEL)
             async for message in pubsub.listen():
                 if message.get("type") != "message":
                     continue

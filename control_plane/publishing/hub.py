@@ -206,7 +206,23 @@ class Hub:
             feed = await self.feed(environment_id)
             if feed is None:
                 continue
-            frames.extend(feed.frames_since(connection.versions.get(feed.key)))
+            held = connection.versions.get(feed.key)
+            if held is not None and held > feed.version:
+                # the relay is ahead of this replica (it missed a notice): catch up from the
+                # database; never send the relay something older than it holds
+                await self.refresh_one(environment_id)
+                connection.pending.discard(environment_id)
+                feed = self.feeds[environment_id]
+                if held > feed.version:
+                    logger.warning(
+                        "relay %s holds %s v%d, newer than this replica's v%d; sending nothing",
+                        connection.relay_id,
+                        feed.key,
+                        held,
+                        feed.version,
+                    )
+                    continue
+            frames.extend(feed.frames_since(held))
             connection.versions[feed.key] = feed.version
         return frames
 

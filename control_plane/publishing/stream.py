@@ -10,6 +10,7 @@ from typing import Any
 
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import KeyKind, Principal, find_principal, requires
@@ -68,10 +69,16 @@ class RelaySession:
             if time.monotonic() - self.last_heard > 3 * self.heartbeat_s:
                 await self.socket.close(CLOSE_SILENT, "no heartbeat from relay")
                 return
-            async with sessionmaker() as session:
-                if await find_principal(session, token) is None:
-                    await self.socket.close(CLOSE_REVOKED, "relay key revoked")
-                    return
+            try:
+                async with sessionmaker() as session:
+                    revoked = await find_principal(session, token) is None
+            except (SQLAlchemyError, OSError) as exc:
+                # the database is away: keep serving the relay what it has; check next beat
+                logger.warning("could not check relay %s's key: %s", self.connection.relay_id, exc)
+                revoked = False
+            if revoked:
+                await self.socket.close(CLOSE_REVOKED, "relay key revoked")
+                return
             await self.send(p.encode(p.Ping(sent_at=now_ms())))
 
 

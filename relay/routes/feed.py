@@ -18,14 +18,13 @@ the same ``apply_patch`` relays use. Access data (key hashes) never leaves the r
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 
 import msgspec
 
 from relay.http import Request, Response, Router, Send, vane_error_body
 from relay.routes import Browser, bearer_token, unknown_key
-from relay.routes.sse import ChangeHub, Subscription, _close_on_disconnect
+from relay.routes.sse import ChangeHub, DisconnectWatch, Subscription
 from relay.store import EnvironmentState
 from shared.wire import protocol as p
 
@@ -49,11 +48,10 @@ def current_event(state: EnvironmentState) -> bytes:
 
 
 class SnapshotFeed:
-    def __init__(self, browser: Browser, hub: ChangeHub, *, keepalive_s: float = 15.0) -> None:
+    def __init__(self, browser: Browser, hub: ChangeHub) -> None:
         self.browser = browser
         self.store = browser.store
-        self.hub = hub
-        self.keepalive_s = keepalive_s
+        self.hub = hub  # its one timer wakes every stream with a keep-alive
 
     def register(self, router: Router) -> None:
         for path in PATHS:
@@ -85,8 +83,7 @@ class SnapshotFeed:
     async def _stream(self, request: Request, state: EnvironmentState, key_id: str) -> None:
         send = request.send
         subscription = self.hub.subscribe(state.environment)
-        watcher = asyncio.ensure_future(_close_on_disconnect(request.receive, subscription))
-        loop = asyncio.get_running_loop()
+        watcher = DisconnectWatch(request.receive, subscription)
         try:
             request.started = True
             await send(
@@ -100,7 +97,6 @@ class SnapshotFeed:
                     ],
                 }
             )
-            sent = state
             first = current_event(state) if _resumes_at(request) == state.version else b""
             await send(
                 {
@@ -109,26 +105,21 @@ class SnapshotFeed:
                     "more_body": True,
                 }
             )
-            await self._follow(subscription, send, sent, key_id, loop)
+            await self._follow(subscription, send, state, key_id)
         finally:
             self.hub.unsubscribe(subscription)
             watcher.cancel()
 
     async def _follow(
-        self,
-        subscription: Subscription,
-        send: Send,
-        sent: EnvironmentState,
-        key_id: str,
-        loop: asyncio.AbstractEventLoop,
+        self, subscription: Subscription, send: Send, sent: EnvironmentState, key_id: str
     ) -> None:
-        wake = subscription.wake
+        """Each change as a patch from what this stream sent (a full snapshot if ours was
+        replaced by an older or equal version); the end of the stream when the key is gone."""
         while True:
-            keepalive = loop.call_later(self.keepalive_s, wake.set)
-            await wake.wait()
-            keepalive.cancel()
-            wake.clear()
-            if subscription.closed:
+            await subscription.wait()
+            if subscription.closed:  # the client left, or the environment was removed
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
             change, subscription.change = subscription.change, None
             if change is None:
@@ -138,9 +129,12 @@ class SnapshotFeed:
                 if not any(k.id == key_id for k in state.access.keys):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return  # the key was revoked (or moved): the stream ends
-                body = patch_event(sent, state) if state.version > sent.version else b""
-                if state.version <= sent.version and state is not sent:
-                    body = snapshot_event(state)  # an older or equal version replaced ours
+                if state.version > sent.version:
+                    body = patch_event(sent, state)
+                elif state is not sent:
+                    body = snapshot_event(state)
+                else:
+                    body = b""
                 sent = state
             if body:
                 await send({"type": "http.response.body", "body": body, "more_body": True})

@@ -1,6 +1,11 @@
 """Operations endpoints, no key: ``/healthz`` (the process answers), ``/readyz`` (a snapshot for
 every environment the control plane named), ``/metrics`` (Prometheus text format) and
-``/openapi.json`` (the relay's API)."""
+``/openapi.json`` (the relay's API).
+
+``/readyz`` also says what each fault looks like: the upstream connected to (or tried last),
+whether it is stale, per environment the version served, its age and how many versions behind
+upstream's announcements it is, and the sections other parts register (the event spool's depth
+and write errors, the forwarder's failures, open event streams)."""
 
 from __future__ import annotations
 
@@ -25,10 +30,16 @@ def register(router: Router, store: Store, metrics: RelayMetrics) -> None:
             "ready": ready,
             "stale": store.stale,
             "connected": store.connected,
+            "upstream": store.upstream,
             "environments": {
-                env: {"version": state.version, "ageSeconds": round(now - state.received_at, 3)}
+                env: {
+                    "version": state.version,
+                    "ageSeconds": round(now - state.received_at, 3),
+                    "versionsBehind": store.versions_behind(env),
+                }
                 for env, state in sorted(store.states.items())
             },
+            **metrics.status(),
         }
         headers = [CONTENT_JSON, (b"cache-control", b"no-store")]
         return Response(200 if ready else 503, json_encode(body), headers)

@@ -10,10 +10,14 @@ stream opens; an open stream ends when its key leaves the environment's access (
 
 The stream: ``retry:`` first, then for every new snapshot version of the environment, the moment
 the store swaps it, ``id: <version>`` + ``data: {"type": "refetchEvaluation", "etag",
-"lastModified"}``, and a keep-alive comment when nothing else was sent for ``keepalive_s``. The
+"lastModified"}``, and a keep-alive comment every ``keepalive_s`` (one timer for all streams). The
 URL also carries ``v``, the version the bulk response was computed from, and reconnects carry
 ``Last-Event-ID``: when the current version differs, the first event is sent at once, so a change
 between the bulk fetch and the stream opening is not lost.
+
+A relay holds at most ``max_streams`` (``VANE_RELAY_MAX_STREAMS``) streams; one more is refused
+with 503 and ``Retry-After`` (the OFREP web provider then polls), and ``vane_relay_sse_streams``
+in ``/metrics`` says how many are open. Streams of an environment the relay stops serving end.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import base64
 import contextlib
 import hmac
 import time
+from typing import Any
 
 import msgspec
 
@@ -42,6 +47,7 @@ from relay.store import EnvironmentState, Store
 
 EVENTS_PATH = "/ofrep/v1/events"
 RETRY_MS = 1000
+RETRY_FULL_S = b"30"  # a refused stream: the OFREP web provider polls meanwhile
 
 _claims = msgspec.json.Decoder(tuple[str, str, int])
 
@@ -110,19 +116,40 @@ class Change:
 
 
 class Subscription:
-    """One open stream's mailbox: the latest change, whether the client left, and a wake-up."""
+    """One open stream's mailbox: the latest change, whether the client left, and a wake-up.
 
-    __slots__ = ("change", "closed", "environment", "wake")
+    The wake-up is a bare future per wait rather than an ``asyncio.Event`` (which keeps a deque
+    of waiters): a few hundred bytes less per stream, which counts at 10,000 streams.
+    """
+
+    __slots__ = ("_waiter", "_woken", "change", "closed", "environment")
 
     def __init__(self, environment: str) -> None:
         self.environment = environment
-        self.wake = asyncio.Event()
         self.change: Change | None = None
         self.closed = False
+        self._woken = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until ``wake()`` (at once if it was called since the last wait)."""
+        if not self._woken:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        self._woken = False
 
     def close(self) -> None:
         self.closed = True
-        self.wake.set()
+        self.wake()
 
 
 class ChangeHub:
@@ -132,28 +159,53 @@ class ChangeHub:
     thousands of open browsers hear of a kill switch within one turn of the event loop.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, keepalive_s: float = 15.0) -> None:
         self.store = store
+        self.keepalive_s = keepalive_s
+        self._ticker: asyncio.Task[None] | None = None
         self._streams: dict[str, set[Subscription]] = {}
+        self._count = 0
         self._listening = False
 
     def subscribe(self, environment: str) -> Subscription:
         if not self._listening:
             self.store.listen(self._on_swap)
+            self.store.listen_removals(self._on_removal)
             self._listening = True
         subscription = Subscription(environment)
         self._streams.setdefault(environment, set()).add(subscription)
+        self._count += 1
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._keepalives())
         return subscription
+
+    async def _keepalives(self) -> None:
+        """Wake every open stream each ``keepalive_s`` (it sends a comment if nothing else):
+        one timer for all streams rather than one per stream. Ends when no stream is left."""
+        try:
+            while self._count:
+                await asyncio.sleep(self.keepalive_s)
+                for streams in list(self._streams.values()):
+                    for subscription in list(streams):
+                        subscription.wake()
+        finally:
+            self._ticker = None
 
     def unsubscribe(self, subscription: Subscription) -> None:
         streams = self._streams.get(subscription.environment)
-        if streams is not None:
+        if streams is not None and subscription in streams:
             streams.discard(subscription)
+            self._count -= 1
             if not streams:
                 del self._streams[subscription.environment]
 
     def open_streams(self) -> int:
-        return sum(len(s) for s in self._streams.values())
+        return self._count
+
+    def _on_removal(self, environment: str) -> None:
+        """The relay no longer serves ``environment``: end its streams."""
+        for subscription in list(self._streams.get(environment, ())):
+            subscription.close()
 
     def _on_swap(self, state: EnvironmentState) -> None:
         streams = self._streams.get(state.environment)
@@ -162,7 +214,7 @@ class ChangeHub:
         change = Change(state)
         for subscription in streams:
             subscription.change = change
-            subscription.wake.set()
+            subscription.wake()
 
 
 def _last_modified(state: EnvironmentState) -> int:
@@ -185,6 +237,62 @@ async def _close_on_disconnect(receive: Receive, subscription: Subscription) -> 
             return
 
 
+class DisconnectWatch:
+    """Closes a subscription when its client disconnects.
+
+    Under granian, ``receive()`` returns a future-like object: a done-callback re-arms it, so a
+    stream costs no task of its own (~2 KiB each; this matters at 10,000 streams). Other
+    servers' ``receive`` (a coroutine) get a task.
+    """
+
+    __slots__ = ("_pending", "_receive", "_subscription", "_task")
+
+    def __init__(self, receive: Receive, subscription: Subscription) -> None:
+        self._receive = receive
+        self._subscription = subscription
+        self._pending: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        awaitable = self._receive()
+        if asyncio.isfuture(awaitable):
+            self._pending = awaitable
+            awaitable.add_done_callback(self._heard)
+        else:
+            self._task = asyncio.ensure_future(_after_first(awaitable, self))
+
+    def _heard(self, future: Any) -> None:
+        self._pending = None
+        if self._subscription.closed:
+            return
+        try:
+            message = future.result()
+        except BaseException:  # the connection is gone either way
+            self._subscription.close()
+            return
+        if message["type"] == "http.disconnect":
+            self._subscription.close()
+        else:
+            self._arm()
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                pending.remove_done_callback(self._heard)
+
+
+async def _after_first(first: Any, watch: DisconnectWatch) -> None:
+    message = await first
+    if message["type"] == "http.disconnect":
+        watch._subscription.close()
+        return
+    await _close_on_disconnect(watch._receive, watch._subscription)
+
+
 def _error(status: int, message: str, origin: bytes | None) -> Response:
     return Response(status, ofrep_error_body(status, message), cors_headers(origin))
 
@@ -196,8 +304,10 @@ class EventStreams:
         self.browser = browser
         self.store = browser.store
         self.tokens = StreamTokens(browser.settings.sse_secret, browser.settings.sse_token_ttl_s)
-        self.hub = ChangeHub(browser.store)
+        self.hub = ChangeHub(browser.store, keepalive_s=keepalive_s)
         self.keepalive_s = keepalive_s
+        self.max_streams = browser.settings.max_streams
+        self.refused_full = 0
 
     def register(self, router: Router) -> None:
         router.add("GET", EVENTS_PATH, self.events, cors=True)
@@ -238,6 +348,11 @@ class EventStreams:
         refused = self.browser.check_key(key, origin, ofrep_error_body)
         if refused is not None:
             return refused
+        if self.hub.open_streams() >= self.max_streams:
+            self.refused_full += 1
+            response = _error(503, "this relay holds its maximum of event streams", origin)
+            response.headers.append((b"retry-after", RETRY_FULL_S))
+            return response
         await self._stream(request, state, key_id, origin)
         return None
 
@@ -248,10 +363,8 @@ class EventStreams:
                     return int(value)
         return None
 
-    async def _stream(
-        self, request: Request, state: EnvironmentState, key_id: str, origin: bytes | None
-    ) -> None:
-        send = request.send
+    async def _open(self, request: Request, state: EnvironmentState, origin: bytes | None) -> None:
+        """The response head and first chunk (in a frame of their own: not kept per stream)."""
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache, no-transform"),
@@ -261,24 +374,28 @@ class EventStreams:
         ]
         if origin is not None:
             headers.append((b"access-control-allow-origin", origin))
+        await request.send({"type": "http.response.start", "status": 200, "headers": headers})
+        first = b"retry: %d\n: vane relay event stream\n\n" % RETRY_MS
+        seen = self._seen_version(request)
+        if seen is not None and seen != state.version:
+            first += refetch_event(state)
+        await request.send({"type": "http.response.body", "body": first, "more_body": True})
+
+    async def _stream(
+        self, request: Request, state: EnvironmentState, key_id: str, origin: bytes | None
+    ) -> None:
+        send = request.send
         subscription = self.hub.subscribe(state.environment)
-        watcher = asyncio.ensure_future(_close_on_disconnect(request.receive, subscription))
-        wake = subscription.wake
-        loop = asyncio.get_running_loop()
+        watcher = DisconnectWatch(request.receive, subscription)
         try:
             request.started = True
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            first = b"retry: %d\n: vane relay event stream\n\n" % RETRY_MS
-            seen = self._seen_version(request)
-            if seen is not None and seen != state.version:
-                first += refetch_event(state)
-            await send({"type": "http.response.body", "body": first, "more_body": True})
+            await self._open(request, state, origin)
+            request.headers = {}  # not needed any more; a stream lives long and there are many
             while True:
-                keepalive = loop.call_later(self.keepalive_s, wake.set)
-                await wake.wait()
-                keepalive.cancel()
-                wake.clear()
-                if subscription.closed:
+                await subscription.wait()
+                if subscription.closed:  # the client left, or the environment was removed
+                    with contextlib.suppress(Exception):
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return
                 change, subscription.change = subscription.change, None
                 if change is None:

@@ -29,7 +29,6 @@ import itertools
 import logging
 import math
 import os
-import random
 import re
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import Any, Final, TypeAlias
 
 import msgspec
 
+from shared.backoff import backoff_delay
 from shared.wire.events import MAX_VALUE
 
 logger = logging.getLogger("vane.client")
@@ -570,7 +570,7 @@ def _transient(status: int) -> bool:
 
 
 def _backoff(attempt: int) -> float:
-    return random.uniform(0.0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(attempt, 30)))
+    return backoff_delay(attempt, base=BACKOFF_BASE, cap=BACKOFF_CAP)
 
 
 def _retry_after(outcome: Outcome) -> float | None:

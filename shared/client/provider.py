@@ -33,8 +33,8 @@ from openfeature.exception import ErrorCode
 from openfeature.flag_evaluation import FlagResolutionDetails, Reason
 from openfeature.provider import AbstractProvider, Metadata
 
+from shared.backoff import Backoff
 from shared.client.async_client import AsyncVaneClient
-from shared.client.batcher import _backoff
 from shared.client.flags import Details, FeedOutOfStep, FirstExposures, FlagSet, SseParser, details
 from shared.client.sync_client import VaneClient
 from shared.engine import CompileError, evaluate
@@ -348,7 +348,7 @@ class VaneProvider(_Core):
         )
 
     def _run(self) -> None:
-        attempt = 0
+        backoff = Backoff(base=0.1, cap=10.0)
         while not self._stop.is_set():
             try:
                 with self._http.stream(
@@ -362,23 +362,21 @@ class VaneProvider(_Core):
                         raise ConnectionError(f"HTTP {response.status_code}")
                     else:
                         self.connected = True
-                        attempt = 0
+                        backoff.reset()
                         parser = SseParser()
                         for line in response.iter_lines():
                             self._on_line(parser, line)
                         raise ConnectionError("the feed ended")
             except FeedOutOfStep as exc:  # reconnect at once: the relay sends a full snapshot
                 logger.info("vane provider: %s; reloading the snapshot", exc)
-                attempt = -1
+                continue
             except Exception as exc:
                 if self._stop.is_set():
                     return
                 self._lost(str(exc) or type(exc).__name__)
             finally:
                 self._response = None
-            attempt += 1
-            if attempt:
-                self._stop.wait(_backoff(attempt))
+            self._stop.wait(backoff.failed())
 
 
 class AsyncVaneProvider(_Core):
@@ -453,7 +451,7 @@ class AsyncVaneProvider(_Core):
         )
 
     async def _run(self) -> None:
-        attempt = 0
+        backoff = Backoff(base=0.1, cap=10.0)
         while True:
             try:
                 async with self._http.stream(
@@ -466,7 +464,7 @@ class AsyncVaneProvider(_Core):
                         raise ConnectionError(f"HTTP {response.status_code}")
                     else:
                         self.connected = True
-                        attempt = 0
+                        backoff.reset()
                         parser = SseParser()
                         async for line in response.aiter_lines():
                             self._on_line(parser, line)
@@ -475,9 +473,7 @@ class AsyncVaneProvider(_Core):
                 raise
             except FeedOutOfStep as exc:
                 logger.info("vane provider: %s; reloading the snapshot", exc)
-                attempt = -1
+                continue
             except Exception as exc:
                 self._lost(str(exc) or type(exc).__name__)
-            attempt += 1
-            if attempt:
-                await asyncio.sleep(_backoff(attempt))
+            await asyncio.sleep(backoff.failed())

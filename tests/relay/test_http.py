@@ -615,7 +615,9 @@ async def test_readyz_before_and_after_a_snapshot() -> None:
             "ready": False,
             "stale": True,
             "connected": False,
+            "upstream": "",
             "environments": {},
+            "streams": {"open": 0, "max": 10_000, "refused": 0},
         }
         relay.swap(build_snapshot(4))
         relay.store.connected = True
@@ -627,6 +629,7 @@ async def test_readyz_before_and_after_a_snapshot() -> None:
         assert body["stale"] is False
         assert body["connected"] is True
         assert body["environments"][ENV]["version"] == 4
+        assert body["environments"][ENV]["versionsBehind"] == 0
         assert 0 <= body["environments"][ENV]["ageSeconds"] < 5
 
         relay.store.expected = frozenset({ENV, "staging"})

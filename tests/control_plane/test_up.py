@@ -1,0 +1,84 @@
+"""``vane up`` as a user runs it: the relay key never on a command line, no orphans after a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.processes import VANE, Process, free_port, wait_http_ok
+
+pytestmark = pytest.mark.e2e
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_vane_up_hides_the_relay_key_and_its_children_die_with_it(tmp_path: Path) -> None:
+    port, relay_port = free_port(), free_port()
+    env = {"VANE_DATABASE_URL": f"sqlite:///{tmp_path / 'vane.db'}"}
+    up = Process(
+        [*VANE, "up", "--port", str(port), "--relay-port", str(relay_port)], env=env, cwd=tmp_path
+    )
+    children: set[int] = set()
+    try:
+        relay_key = up.wait_for_line(r"^\s+relay\s+(rsk_live_\S+)", timeout=90).group(1)
+        wait_http_ok(f"http://127.0.0.1:{relay_port}/readyz")
+        children = descendants(up.popen.pid)
+        assert len(children) >= 2  # a control plane and a relay (and granian's workers)
+        for pid in children:
+            assert relay_key not in command_line(pid)
+        assert any(" relay" in command_line(pid) for pid in children)
+
+        os.kill(up.popen.pid, signal.SIGKILL)  # no chance to stop its children itself
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [command_line(pid) for pid in children if alive(pid)] == []
+        for bound in (port, relay_port):
+            with pytest.raises(httpx.TransportError):
+                httpx.get(f"http://127.0.0.1:{bound}/healthz", timeout=2)
+    finally:
+        up.stop(signal.SIGKILL)
+        for pid in children:  # only what this test started, if it is still there
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
