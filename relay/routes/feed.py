@@ -24,7 +24,7 @@ import msgspec
 
 from relay.http import Request, Response, Router, Send, vane_error_body
 from relay.routes import Browser, bearer_token, unknown_key
-from relay.routes.sse import ChangeHub, DisconnectWatch, Subscription
+from relay.routes.sse import Change, ChangeHub, DisconnectWatch, Subscription, follow
 from relay.store import EnvironmentState
 from shared.wire import protocol as p
 
@@ -115,29 +115,22 @@ class SnapshotFeed:
     ) -> None:
         """Each change as a patch from what this stream sent (a full snapshot if ours was
         replaced by an older or equal version); the end of the stream when the key is gone."""
-        while True:
-            await subscription.wait()
-            if subscription.closed:  # the client left, or the environment was removed
-                with contextlib.suppress(Exception):
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return
-            change, subscription.change = subscription.change, None
-            if change is None:
-                body = b": keep-alive\n\n"
+
+        def render(change: Change) -> bytes | None:
+            nonlocal sent
+            state = change.state
+            if not any(k.id == key_id for k in state.access.keys):
+                return None  # the key was revoked (or moved): the stream ends
+            if state.version > sent.version:
+                body = patch_event(sent, state)
+            elif state is not sent:
+                body = snapshot_event(state)
             else:
-                state = change.state
-                if not any(k.id == key_id for k in state.access.keys):
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return  # the key was revoked (or moved): the stream ends
-                if state.version > sent.version:
-                    body = patch_event(sent, state)
-                elif state is not sent:
-                    body = snapshot_event(state)
-                else:
-                    body = b""
-                sent = state
-            if body:
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                body = b""
+            sent = state
+            return body
+
+        await follow(subscription, send, render)
 
 
 def _resumes_at(request: Request) -> int | None:

@@ -27,6 +27,7 @@ import base64
 import contextlib
 import hmac
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -38,6 +39,7 @@ from relay.http import (
     Request,
     Response,
     Router,
+    Send,
     cors_headers,
     json_encode,
     ofrep_error_body,
@@ -391,22 +393,41 @@ class EventStreams:
             request.started = True
             await self._open(request, state, origin)
             request.headers = {}  # not needed any more; a stream lives long and there are many
-            while True:
-                await subscription.wait()
-                if subscription.closed:  # the client left, or the environment was removed
-                    with contextlib.suppress(Exception):
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return
-                change, subscription.change = subscription.change, None
-                if change is None:
-                    body = b": keep-alive\n\n"
-                else:
-                    key = change.public_keys.get(key_id)
-                    if key is None or (origin is not None and not origin_allowed(key, origin)):
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
-                        return
-                    body = change.event
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+
+            def render(change: Change) -> bytes | None:
+                key = change.public_keys.get(key_id)
+                if key is None or (origin is not None and not origin_allowed(key, origin)):
+                    return None  # revoked, or no longer allowed from this origin
+                return change.event
+
+            await follow(subscription, send, render)
         finally:
             self.hub.unsubscribe(subscription)
             watcher.cancel()
+
+
+_END = {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def follow(
+    subscription: Subscription, send: Send, render: Callable[[Change], bytes | None]
+) -> None:
+    """Write each change to an open stream as ``render`` encodes it (``None`` ends the stream,
+    ``b""`` sends nothing), a keep-alive comment when woken without one, until the client leaves
+    or the environment is removed. Shared by the OFREP event streams and the snapshot feed."""
+    while True:
+        await subscription.wait()
+        if subscription.closed:  # the client left, or the environment was removed
+            with contextlib.suppress(Exception):
+                await send(_END)
+            return
+        change, subscription.change = subscription.change, None
+        if change is None:
+            body: bytes | None = b": keep-alive\n\n"
+        else:
+            body = render(change)
+            if body is None:
+                await send(_END)
+                return
+        if body:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
