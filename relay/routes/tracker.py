@@ -10,6 +10,7 @@
   ``<head>`` is parsed, so it can hide exactly those elements before the body paints (see
   ``docs/browser.md``, "Anti-flicker"). Nothing here is per unit: the answer is the same for
   every visitor of a page and is cached by the browser (``max-age``) and revalidated by ETag.
+- ``GET /sdk/v1/vane.d.ts``: the script's TypeScript declarations, served like the script.
 """
 
 from __future__ import annotations
@@ -25,20 +26,22 @@ from relay.routes import Admission, Browser
 from shared.engine.experiments import url_matches
 
 SCRIPT_PATH = "/sdk/v1/vane.js"
+TYPES_PATH = "/sdk/v1/vane.d.ts"
 SELECTORS_PATH = "/sdk/v1/selectors"
 SCRIPT_CACHE = b"public, max-age=300"
 SELECTORS_CACHE = b"public, max-age=30"
 MAX_URL = 2048
 
 
-def script_source() -> bytes:
-    return resources.files("relay").joinpath("static/vane.js").read_bytes()
+def script_source(name: str = "vane.js") -> bytes:
+    return resources.files("relay").joinpath(f"static/{name}").read_bytes()
 
 
 class Script:
     """The script's bytes, their gzip and the ETag of each, computed once."""
 
-    def __init__(self, source: bytes) -> None:
+    def __init__(self, source: bytes, content_type: bytes = b"text/javascript") -> None:
+        self.content_type = content_type + b"; charset=utf-8"
         self.plain = source
         self.gzipped = gzip.compress(source, compresslevel=9, mtime=0)
         digest = hashlib.sha256(source).hexdigest()[:20]
@@ -50,7 +53,7 @@ class Script:
         gzipped = b"gzip" in accept
         etag = self.etag_gzip if gzipped else self.etag
         headers = [
-            (b"content-type", b"text/javascript; charset=utf-8"),
+            (b"content-type", self.content_type),
             (b"cache-control", SCRIPT_CACHE),
             (b"etag", etag),
             (b"vary", b"Accept-Encoding"),
@@ -106,4 +109,6 @@ class Selectors:
 
 def register(router: Router, browser: Browser, script: Script | None = None) -> None:
     router.add("GET", SCRIPT_PATH, (script or Script(script_source())).serve)
+    types = Script(script_source("vane.d.ts"), b"application/typescript")
+    router.add("GET", TYPES_PATH, types.serve)
     router.add("GET", SELECTORS_PATH, Selectors(browser).serve, cors=True)

@@ -7,6 +7,8 @@ original never painted for a treatment unit, exposures and goals through the API
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +21,15 @@ from tests.e2e.test_relays import eventually
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 TWO = ["control", "treatment"]
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "browser.md"
+
+
+def documented_snippet() -> str:
+    """The queue snippet exactly as docs/browser.md gives it."""
+    block = DOCS.read_text().split("<!-- queue-snippet -->", 1)[1].split("```html\n", 1)[1]
+    return block.split("\n", 1)[0]
 
 
 def units_in(experiment: str, variant: str, count: int = 1) -> list[str]:
@@ -351,11 +362,7 @@ def test_a_toggle_fires_change_with_the_new_value(site: Site, context: Any) -> N
 
 def test_calls_before_an_async_load_are_not_lost(site: Site, context: Any) -> None:
     element_experiment(site, "async-exp", "/async", "#a")
-    snippet = (
-        '<script>window.vane=window.vane||{q:[]};"ready track identify experiment consent on"'
-        '.split(" ").forEach(function(n){vane[n]=vane[n]||function(){var a=arguments;'
-        "return new Promise(function(r){vane.q.push([n,a,r])})}})</script>"
-    )
+    snippet = documented_snippet()
     tag = f'<script async src="{site.relay.url}/sdk/v1/vane.js" data-key="{site.public}"></script>'
     html = (
         f"<!doctype html><html><head>{snippet}{tag}</head><body><p id=a>Original</p><script>"
@@ -431,3 +438,49 @@ def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any
         headers={"Authorization": f"Bearer {site.cp.keys['management']}"},
     )
     assert answer.json()["exposed"] == len(units)
+
+
+def test_the_api_is_what_the_type_declarations_say(site: Site, context: Any) -> None:
+    declared = httpx.get(f"{site.relay.url}/sdk/v1/vane.d.ts").text
+    interface = declared.split("export interface Vane {", 1)[1].split("\n}", 1)[0]
+    members = set(re.findall(r"^\s+(?:readonly )?(\w+)[(:<]", interface, re.MULTILINE))
+    page = context.new_page()
+    page.goto(site.page("/types", "<p>t</p>"))
+    assert set(page.evaluate("Object.keys(vane)")) == members
+
+
+def test_identify_switches_the_unit_and_reapplies(site: Site, context: Any) -> None:
+    element_experiment(site, "switch", "/switch", "#s")
+    [control] = units_in("switch", "control")
+    [treatment] = units_in("switch", "treatment")
+    page = context.new_page()
+    page.goto(site.page("/switch", '<p id="s">Original <b>bold</b></p>', unit=control))
+    page.evaluate("vane.ready()")
+    assert page.inner_html("#s") == "Original <b>bold</b>"
+    page.evaluate(f"vane.identify({json.dumps(treatment)})")
+    assert page.text_content("#s") == "Brand new headline"
+    page.evaluate(f"vane.identify({json.dumps(control)})")
+    assert page.inner_html("#s") == "Original <b>bold</b>"  # the original nodes, restored
+    assert page.evaluate("vane.unit") == control
+    site.wait_stored(treatment, "$exposure")
+
+
+def test_the_session_rolls_after_thirty_minutes_of_inactivity(site: Site, context: Any) -> None:
+    page = context.new_page()
+    page.goto(site.page("/session", "<p>s</p>", unit="sessions-1"))
+    page.evaluate("vane.ready()")
+    page.evaluate("vane.track('first')")
+    page.evaluate("vane.track('second')")
+    # the last activity was 31 minutes ago
+    page.evaluate(
+        """() => { const [id] = localStorage.getItem("vane_s").split(".");
+                   localStorage.setItem("vane_s", id + "." + (Date.now() - 31 * 60000)); }"""
+    )
+    page.reload()
+    page.evaluate("vane.track('third')")
+    sessions = {
+        name: site.wait_stored("sessions-1", name)[0]["props"]["$session"]
+        for name in ("first", "second", "third")
+    }
+    assert sessions["first"] == sessions["second"]
+    assert sessions["third"] != sessions["first"]

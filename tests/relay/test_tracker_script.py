@@ -108,3 +108,13 @@ async def test_selectors_need_a_public_key() -> None:
     assert long.json()["error"]["details"] == [
         {"field": "url", "message": "at most 2048 characters"}
     ]
+
+
+async def test_the_type_declarations_are_served() -> None:
+    relay = make_relay()
+    async with relay.client() as client:
+        types = await client.get("/sdk/v1/vane.d.ts")
+    assert types.status_code == 200
+    assert types.headers["content-type"].startswith("application/typescript")
+    assert types.content == script_source("vane.d.ts")
+    assert "interface Vane" in types.text
