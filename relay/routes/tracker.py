@@ -80,9 +80,6 @@ class Selectors:
         self.browser = browser
 
     async def serve(self, request: Request) -> Response:
-        key = request.query("key")
-        if key and b"authorization" not in request.headers:
-            request.headers[b"authorization"] = b"Bearer " + key.encode("latin-1", "replace")
         admitted = await self.browser.admit(request, vane_error_body)
         if not isinstance(admitted, Admission):
             return admitted

@@ -118,3 +118,18 @@ async def test_the_type_declarations_are_served() -> None:
     assert types.headers["content-type"].startswith("application/typescript")
     assert types.content == script_source("vane.d.ts")
     assert "interface Vane" in types.text
+
+
+async def test_a_public_key_may_come_in_the_query_and_no_other() -> None:
+    """``?key=pk_…`` with a text/plain body: a CORS simple request, no preflight."""
+    relay = make_relay()
+    body = b'{"context": {"targetingKey": "user-1"}}'
+    plain = {"Content-Type": "text/plain;charset=UTF-8", "Origin": ORIGIN}
+    async with relay.client() as client:
+        public = await client.post(f"/sdk/v1/flags?key={PUBLIC}", content=body, headers=plain)
+        server = await client.post(f"/sdk/v1/flags?key={SERVER}", content=body)
+    assert public.status_code == 200
+    assert public.headers["access-control-allow-origin"] == ORIGIN
+    assert "flags" in public.json()
+    assert server.status_code == 403
+    assert "?key=" in server.json()["error"]["message"]
