@@ -181,7 +181,8 @@
   };
   const restore = (keep) => {
     for (const [el, [tag, nodes, href, bg, color]] of applied) {
-      if (keep.has(tag)) continue;
+      if (!el.isConnected) applied.delete(el); // gone with a view the app replaced
+      if (!el.isConnected || keep.has(tag)) continue;
       el.replaceChildren(...nodes);
       if (href == null) el.removeAttribute("href");
       else el.setAttribute("href", href);
