@@ -396,15 +396,32 @@ def test_works_under_a_strict_content_security_policy(site: Site, context: Any) 
 
 
 def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any) -> None:
-    """The spec's flow: an element experiment on a page, visitors, a goal, results via the API."""
+    """The spec's flow: an element and a cta experiment on a page with the documented tag,
+    visitors who sign up or buy, and the results through the API."""
     element_experiment(site, "landing", "/landing", "#pitch", goal="signup")
+    site.experiment(
+        {
+            "name": "landing-cta",
+            "key": "landing-cta",
+            "type": "cta",
+            "url": "/landing",
+            "selector": "#buy",
+            "variants": [
+                {"key": "control", "content": ""},
+                {"key": "treatment", "content": "Buy now", "bg": "rgb(0, 128, 0)"},
+            ],
+        }
+    )
     body = (
-        '<h1 id="pitch">Original pitch</h1><button id="signup">Sign up</button><script>'
-        "document.getElementById('signup').onclick = () => vane.track('signup');</script>"
+        '<h1 id="pitch">Original pitch</h1><button id="signup">Sign up</button>'
+        '<button id="buy">Buy</button><script>'
+        "document.getElementById('signup').onclick = () => vane.track('signup');"
+        "document.getElementById('buy').addEventListener('click', () =>"
+        " vane.track('purchase', {value: 4999, currency: 'EUR'}));</script>"
     )
     site.page("/landing", body)
     units = []
-    for _ in range(6):
+    for i in range(6):
         ctx = context.browser.new_context()
         try:
             page = ctx.new_page()
@@ -415,29 +432,34 @@ def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any
             variant = variant_of("landing", unit, TWO, [None, None])
             expected = "Brand new headline" if variant == "treatment" else "Original pitch"
             assert page.text_content("#pitch") == expected
-            if len(units) % 2:
+            cta = variant_of("landing-cta", unit, TWO, [None, None])
+            assert page.text_content("#buy") == ("Buy now" if cta == "treatment" else "Buy")
+            if i % 2 == 0:
                 page.click("#signup")
-                page.close()  # pagehide flushes
+            if i % 3 == 0:
+                page.click("#buy")
+            page.close()  # pagehide flushes
         finally:
             ctx.close()
-    by_variant = {
-        v: [u for u in units if variant_of("landing", u, TWO, [None, None]) == v] for v in TWO
-    }
-    converted = {
-        v: [u for i, u in enumerate(units) if i % 2 == 0 and u in by_variant[v]] for v in TWO
-    }
 
-    def counted() -> bool:
-        results = site.api("GET", "/experiments/landing").json()["results"]
+    def expected(key: str, every: int) -> dict[str, tuple[int, int]]:
+        arms = [variant_of(key, u, TWO, [None, None]) for u in units]
+        return {
+            v: (arms.count(v), sum(1 for i, a in enumerate(arms) if a == v and i % every == 0))
+            for v in TWO
+        }
+
+    def counted(key: str, every: int) -> bool:
+        results = site.api("GET", f"/experiments/{key}").json()["results"]
         got = {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]}
-        return got == {v: (len(by_variant[v]), len(converted[v])) for v in TWO}
+        return got == expected(key, every)
 
-    eventually(counted, timeout=20, what="results count the browsers' exposures and signups")
-    answer = httpx.get(
-        f"{site.cp.url}/api/v1/experiments/landing",
-        headers={"Authorization": f"Bearer {site.cp.keys['management']}"},
-    )
-    assert answer.json()["exposed"] == len(units)
+    eventually(lambda: counted("landing", 2), timeout=20, what="exposures and signups counted")
+    eventually(lambda: counted("landing-cta", 3), timeout=20, what="exposures and clicks counted")
+    assert site.api("GET", "/experiments/landing").json()["exposed"] == len(units)
+    for i in (0, 3):
+        [purchase] = site.wait_stored(units[i], "purchase")
+        assert (purchase["value"], purchase["currency"]) == (4999, "EUR")
 
 
 def test_the_api_is_what_the_type_declarations_say(site: Site, context: Any) -> None:
