@@ -506,3 +506,37 @@ def test_the_session_rolls_after_thirty_minutes_of_inactivity(site: Site, contex
     }
     assert sessions["first"] == sessions["second"]
     assert sessions["third"] != sessions["first"]
+
+
+def test_a_relay_that_does_not_answer_hides_nothing_beyond_the_bound(
+    site: Site, context: Any
+) -> None:
+    element_experiment(site, "stuck", "/stuck", "#stuck")
+    [unit] = units_in("stuck", "treatment")
+    held: list[Any] = []
+    # the selectors arrive, the variants never do
+    context.route(f"{site.relay.url}/sdk/v1/experiments?**", lambda route: held.append(route))
+    context.add_init_script(
+        """window.__frames = [];
+        (function frame() { requestAnimationFrame(() => {
+          const el = document.getElementById("stuck");
+          if (el) window.__frames.push(getComputedStyle(el).visibility);
+          frame(); }); })();"""
+    )
+    page = context.new_page()
+    url = site.page(
+        "/stuck",
+        '<h1 id="stuck">Original</h1><p id="other">x</p>',
+        unit=unit,
+        anti_flicker_ms="300",
+    )
+    page.goto(url)
+    assert page.is_visible("#other")
+    page.wait_for_selector("#stuck", state="visible", timeout=5000)  # shown after the bound
+    frames = page.evaluate("window.__frames")
+    assert frames[0] == "hidden"  # hidden from the first frame while the variants were awaited
+    assert frames[-1] == "visible"
+    assert page.text_content("#stuck") == "Original"
+    assert page.evaluate("vane.ready().then(() => 'settled')") == "settled"
+    assert held  # the request was indeed held
+    context.unroute(f"{site.relay.url}/sdk/v1/experiments?**")
