@@ -157,7 +157,7 @@
     }
     applied.get(el)[0] = tag;
     if (x.content) el.textContent = x.content;
-    if (x.href) el.setAttribute("href", x.href);
+    if (x.href && !/^\s*javascript:/i.test(x.href)) el.setAttribute("href", x.href);
     if (x.bg) el.style.backgroundColor = x.bg;
     if (x.color) el.style.color = x.color;
   };
@@ -258,14 +258,27 @@
     clearTimeout(timer);
     timer = 0;
     if (!consent || !queue.length || !KEY) return;
-    if (leaving) { // the page may be gone before a fetch answers: hand everything over now
-      const body = JSON.stringify({ events: queue.slice(0, 500) });
+    if (leaving) { // the page may be gone before a fetch answers: hand over what fits now
+      const batch = [];
+      let size = 0;
+      for (const e of queue) { // beacons and keepalive requests carry at most 64 KiB
+        size += JSON.stringify(e).length + 1;
+        if (batch.length && size > 60000) break;
+        batch.push(e);
+      }
       const url = BASE + "/sdk/v1/events?key=" + encodeURIComponent(KEY);
       let sent = false;
-      try { sent = navigator.sendBeacon(url, body); } catch (_) { /* no beacon */ }
-      if (!sent) post("/sdk/v1/events", { events: queue.slice(0, 500) }, true).catch(log);
-      queue = [];
-      save();
+      try { sent = navigator.sendBeacon(url, JSON.stringify({ events: batch })); } catch (_) { /* none */ }
+      if (sent) {
+        queue = queue.slice(batch.length); // the rest waits for the next page view
+        save();
+      } else { // kept until acknowledged: a resend on the next page view is counted once
+        const ids = new Set(batch.map((e) => e.eventId));
+        post("/sdk/v1/events", { events: batch }, true).then(() => {
+          queue = queue.filter((e) => !ids.has(e.eventId));
+          save();
+        }, log);
+      }
       return;
     }
     if (sending) return;

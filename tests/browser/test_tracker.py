@@ -540,3 +540,22 @@ def test_a_relay_that_does_not_answer_hides_nothing_beyond_the_bound(
     assert page.evaluate("vane.ready().then(() => 'settled')") == "settled"
     assert held  # the request was indeed held
     context.unroute(f"{site.relay.url}/sdk/v1/experiments?**")
+
+
+def test_no_event_is_lost_when_more_is_queued_than_a_beacon_carries(
+    site: Site, context: Any
+) -> None:
+    site.pages.add("/plain", "<!doctype html><title>no tracker</title>")
+    url = site.page("/big", "<p>big</p>", unit="big-1")
+    page = context.new_page()
+    page.goto(url)
+    page.evaluate("vane.ready()")
+    page.evaluate(
+        """() => { for (let i = 0; i < 6; i++) vane.track("big", {i, pad: "x".repeat(15000)});
+                   location.href = "/plain"; }"""
+    )
+    page.wait_for_url("**/plain")  # about 90 KB queued: more than one beacon may carry
+    site.wait_stored("big-1", "big", count=1)
+    page.goto(url)  # the next page view sends what was left
+    stored = site.wait_stored("big-1", "big", count=6)
+    assert sorted(e["props"]["i"] for e in stored) == [0, 1, 2, 3, 4, 5]
