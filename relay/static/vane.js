@@ -56,7 +56,7 @@
   };
   const session = () => {
     const now = Date.now();
-    if (!sess[0] || now - sess[1] > SESSION_MS) sess = [rid(), now];
+    if (!sess[0] || !(now - sess[1] <= SESSION_MS)) sess = [rid(), now]; // NaN: a new one
     sess[1] = now;
     if (consent) store("vane_s", sess.join("."));
     return sess[0];
