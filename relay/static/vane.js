@@ -306,7 +306,7 @@
   let booting = Promise.resolve();
   const boot = () => {
     observe();
-    const work = Promise.all([loadFlags(), loadExperiments()]).catch(log).then(unhide);
+    const work = Promise.all([loadFlags().catch(log), loadExperiments().catch(log).then(unhide)]);
     booting = Promise.race([work, sleep(Math.max(BOUND, 3000))]);
     return booting;
   };
