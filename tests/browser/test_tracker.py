@@ -559,3 +559,23 @@ def test_no_event_is_lost_when_more_is_queued_than_a_beacon_carries(
     page.goto(url)  # the next page view sends what was left
     stored = site.wait_stored("big-1", "big", count=6)
     assert sorted(e["props"]["i"] for e in stored) == [0, 1, 2, 3, 4, 5]
+
+
+def selectors_served(site: Site) -> float:
+    """How many selectors requests the relay has answered (its Prometheus counter)."""
+    metrics = httpx.get(f"{site.relay.url}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("vane_relay_http_requests_total{") and "/sdk/v1/selectors" in line
+    )
+
+
+def test_repeat_views_read_the_selectors_from_the_browser_cache(site: Site, context: Any) -> None:
+    url = site.page("/cached", "<p>cached</p>")
+    before = selectors_served(site)
+    page = context.new_page()
+    for _ in range(3):
+        page.goto(url)
+        page.evaluate("vane.ready()")
+    assert selectors_served(site) - before == 1
