@@ -242,6 +242,10 @@ def _banner(
             f"-H 'Authorization: Bearer {management}' -H 'Content-Type: application/json' -d '{{\"enabled\":true}}'"
         )
     if public:
+        print()
+        print("In a page's <head> (element and cta experiments, events, flags: docs/browser.md):")
+        print(f'  <script src="{relay_url}/sdk/v1/vane.js" data-key="{public}"></script>')
+        print()
         print(
             f"  curl -s -X POST {relay_url}/ofrep/v1/evaluate/flags -H 'Authorization: Bearer {public}' "
             '-H \'Content-Type: application/json\' -d \'{"context":{"targetingKey":"user-1"}}\''

@@ -351,12 +351,13 @@ def build_http_app(
     sse_keepalive_s: float = 15.0,
 ) -> ASGIApp:
     """The relay's HTTP application (``http`` scopes only; the caller handles ``lifespan``)."""
-    from relay.routes import Browser, feed, ofrep, ops, sdk, sse
+    from relay.routes import Browser, feed, ofrep, ops, sdk, sse, tracker
 
     router = Router()
     browser = Browser(store, settings, metrics)
     ops.register(router, store, metrics)
     sdk.register(router, browser)
+    tracker.register(router, browser)
     streams = sse.EventStreams(browser, keepalive_s=sse_keepalive_s)
     ofrep.register(router, browser, streams)
     streams.register(router)

@@ -115,7 +115,18 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "unit": {"type": "string", "minLength": 1, "maxLength": 200},
             "url": {"type": ["string", "null"]},
+            "expose": {
+                "type": "boolean",
+                "default": True,
+                "description": "false: list without recording exposures (the browser tracker "
+                "records one when the page shows the element)",
+            },
         },
+    },
+    "Selectors": {
+        "type": "object",
+        "required": ["selectors"],
+        "properties": {"selectors": {"type": "array", "items": {"type": "string"}}},
     },
     "Experiments": {
         "type": "object",
@@ -259,6 +270,44 @@ def _vane_paths() -> dict[str, Any]:
             _PUBLIC,
             *_BROWSER_ERRORS,
         ),
+    }
+    for path, media, what in (
+        ("/sdk/v1/vane.js", "text/javascript", "The browser tracker (docs/browser.md)"),
+        ("/sdk/v1/vane.d.ts", "application/typescript", "The tracker's TypeScript declarations"),
+    ):
+        paths[path] = {
+            "get": {
+                "summary": f"{what}; no key. ETag (304 on If-None-Match), gzip when asked",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "content": {media: {"schema": {"type": "string"}}},
+                    },
+                    "304": {"description": "Not modified (If-None-Match)"},
+                },
+            }
+        }
+    paths["/sdk/v1/selectors"] = {
+        "get": {
+            "summary": "The CSS selectors of the element and cta experiments running on a page, "
+            "which the tracker hides until it has applied them (public key, also as ?key=)",
+            "security": _PUBLIC,
+            "parameters": [
+                {"name": "key", "in": "query", "required": False, "schema": {"type": "string"}},
+                {
+                    "name": "url",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "maxLength": 2048},
+                },
+            ],
+            "responses": {
+                "200": _json(_ref("Selectors"), "OK"),
+                "304": {"description": "Not modified (If-None-Match)"},
+                **_errors(401, 403, 422, 429, 503),
+            },
+        }
     }
     for prefix in ("/api/v1", "/v1"):
         paths[f"{prefix}/track"] = _post(

@@ -1,10 +1,11 @@
 """What every browser (``pk_``) endpoint shares: admission, request contexts, cached encodings.
 
-Admission, in order: a key (``Authorization: Bearer`` or OFREP's ``X-API-Key``; none or unknown
-is 401), of kind ``public`` (else 403), called from an origin its allow-list admits (else 403
-*without* an allow-origin header, so the page cannot read the answer), within its rate limit
-(else 429 with ``Retry-After``), with a body of at most 1 MiB (else 413), for an environment the
-relay holds a snapshot of (else 503). Every answer carries the CORS header set; the origin is
+Admission, in order: a key (``Authorization: Bearer``, OFREP's ``X-API-Key``, or a public key as
+``?key=`` in the query, which spares a page's request its CORS preflight; none or unknown is 401),
+of kind ``public`` (else 403), called from an origin its allow-list admits (else 403 *without*
+an allow-origin header, so the page cannot read the answer), within its rate limit (else 429 with
+``Retry-After``), with a body of at most 1 MiB (else 413), for an environment the relay holds a
+snapshot of (else 503). Every answer carries the CORS header set; the origin is
 reflected on all of them except the allow-list refusal.
 
 ``View`` holds JSON fragments derived from one ``EnvironmentState``. The engine returns shared,
@@ -301,12 +302,18 @@ class Browser:
         headers = request.headers
         origin = headers.get(b"origin")
         token = bearer_token(headers)
+        in_query = token is None
+        if in_query:
+            token = request.query("key") or None
         if token is None:
             message = "a public key is required: Authorization: Bearer pk_..."
             return Response(401, error_body(401, message), cors_headers(origin))
         caller = self.store.caller(token)
         if caller is None:
             return unknown_key(self.store, error_body, cors_headers(origin))
+        if in_query and caller.key.kind != "public":
+            message = "only a public key may be sent as ?key=; send others in Authorization"
+            return Response(403, error_body(403, message), cors_headers(origin))
         trusted = backends and caller.key.kind == "server"
         refused = (
             self.check_server_key(caller.key, origin, error_body)

@@ -139,9 +139,6 @@ class EventIntake:
         return await self._accept(raw, kind, [CONTENT_JSON])
 
     async def browser_events(self, request: Request) -> Response:
-        key = request.query("key")
-        if key and b"authorization" not in request.headers:
-            request.headers[b"authorization"] = b"Bearer " + key.encode()
         admitted = await self.browser.admit(request, vane_error_body)
         if not isinstance(admitted, Admission):
             return admitted

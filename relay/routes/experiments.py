@@ -42,6 +42,7 @@ SEEN_LIMIT = 200_000
 class _Body(msgspec.Struct, forbid_unknown_fields=True):
     unit: str
     url: str | None = None
+    expose: bool = True  # False: list without recording (the tracker exposes what it shows)
 
 
 _body_decoder = msgspec.json.Decoder(_Body, strict=True)
@@ -149,9 +150,10 @@ class ExperimentRoutes:
                 continue  # manual experiments have no effect on a page: assigned on request
             index = choose_variant(experiment.key, body.unit, _bounds(experiment))
             running.append(render(experiment, index))
-            exposure = self._exposure(experiment, body.unit, index, body.url, now)
-            if exposure is not None:
-                exposures.append(exposure)
+            if body.expose:
+                exposure = self._exposure(experiment, body.unit, index, body.url, now)
+                if exposure is not None:
+                    exposures.append(exposure)
         await self._record(exposures)
         return Response(200, msgspec.json.encode({"experiments": running}), admission.headers)
 
