@@ -351,4 +351,11 @@ def document() -> bytes:
     success[1] = {"anyOf": success[1]["oneOf"]}
     doc["paths"].update(_vane_paths())
     doc["components"]["schemas"].update(_SCHEMAS)
+    too_large = {
+        "description": "The request line and headers exceed the relay's HTTP buffer (8 KiB, "
+        "VANE_RELAY_HTTP_BUFFER_BYTES); answered by the HTTP server itself"
+    }
+    for item in doc["paths"].values():
+        for operation in item.values():
+            operation["responses"].setdefault("431", too_large)
     return json.dumps(doc).encode()

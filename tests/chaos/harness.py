@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from shared.wire.events import BROWSER_ID_PREFIX
+
 
 class LoopThread:
     """An asyncio loop in a daemon thread; ``run(coro)`` waits for a result from it."""
@@ -308,8 +310,9 @@ class Load:
                     except httpx.HTTPError:
                         status = 0
                     figures.event_answers[status] = figures.event_answers.get(status, 0) + 1
-                    if status == 200:
-                        figures.events_acknowledged.append(event_id)
+                    if status == 200:  # as stored: a page's ids live in the browsers' namespace
+                        stored_as = event_id if kind == "server" else BROWSER_ID_PREFIX + event_id
+                        figures.events_acknowledged.append(stored_as)
                         break
                     figures.event_retries += 1
                     attempt += 1
