@@ -89,6 +89,7 @@ class _Core(AbstractProvider):
         self.stale = False
         self.ready_event = threading.Event()
         self.last_error: str | None = None
+        self._initialized = False  # initialize() returned (the SDK emitted READY or ERROR)
 
     def get_metadata(self) -> Metadata:
         return Metadata(name="vane")
@@ -121,8 +122,6 @@ class _Core(AbstractProvider):
         if changed and not first:
             self.emit_provider_configuration_changed(ProviderEventDetails(flags_changed=changed))
         self.ready_event.set()
-
-    _initialized = False  # initialize() returned (the SDK emitted READY or ERROR itself)
 
     def _lost(self, reason: str) -> None:
         self.connected = False
