@@ -59,17 +59,24 @@ def openapi_document() -> dict[str, Any]:
     return app.openapi_schema.to_schema()
 
 
-schema = schemathesis.openapi.from_dict(openapi_document())
-schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+BOUNDED = settings(
+    max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+"""Per operation: 25 examples, the same ones every run, so the fuzz stays minutes in CI."""
+
+
+def fuzzed(document: dict[str, Any]) -> Any:
+    """A schemathesis schema of ``document`` generating valid and invalid requests."""
+    loaded = schemathesis.openapi.from_dict(document)
+    loaded.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+    return loaded
+
+
+schema = fuzzed(openapi_document())
 
 
 @schema.parametrize()
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+@BOUNDED
 def test_no_operation_answers_5xx_or_off_its_schema(
     case: schemathesis.Case, control_plane: ControlPlane
 ) -> None:
@@ -116,17 +123,11 @@ def relay_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         cp.process.stop()
 
 
-relay_schema = schemathesis.openapi.from_dict(json.loads(relay_openapi.document()))
-relay_schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+relay_schema = fuzzed(json.loads(relay_openapi.document()))
 
 
 @relay_schema.parametrize()
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+@BOUNDED
 def test_no_relay_operation_answers_5xx_or_off_its_schema(
     case: schemathesis.Case, relay_site: Site
 ) -> None:
