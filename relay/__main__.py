@@ -1,19 +1,11 @@
-"""``python -m relay``: the relay alone, without importing the control plane (smaller, faster)."""
+"""``python -P -m relay``: the same as ``vane relay`` (``-P`` keeps the working directory off
+``sys.path``, so a folder there named ``relay`` is not imported instead of this package)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from relay.cli import add_relay_parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vane")
-    add_relay_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["relay", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args))
-
+from relay.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["relay", *sys.argv[1:]]))

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import fcntl
 import gc
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any, cast
 
 from relay.forwarder import Forwarder
-from relay.http import build_http_app
 from relay.metrics import RelayMetrics
 from relay.persistence import SnapshotFiles
-from relay.routes import events, experiments
+from relay.routes.compose import build_http_app
 from relay.settings import RelaySettings
 from relay.spool import Spool
 from relay.store import EnvironmentState, Store
@@ -34,14 +36,10 @@ class RelayApp:
         self.files = SnapshotFiles(settings.data_dir)
         self.metrics = RelayMetrics(self.store)
         self.sync = SyncClient(settings, self.store, self.files)
-        self.spool = Spool(settings.data_dir / "spool", max_bytes=settings.spool_max_bytes)
+        self.spool_lock = claim_spool_dir(settings.data_dir)
+        self.spool = Spool(self.spool_lock.path, max_bytes=settings.spool_max_bytes)
         self.forwarder = Forwarder(settings, self.spool, upstream=lambda: self.sync.upstream)
-        self.http = build_http_app(
-            self.store,
-            settings,
-            self.metrics,
-            extra_routes=[events.registrar(self.spool), experiments.registrar(self.spool)],
-        )
+        self.http = build_http_app(self.store, settings, self.metrics, spool=self.spool)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_fault_metrics()
 
@@ -150,6 +148,7 @@ class RelayApp:
         await self.spool.stop()
         await self.forwarder.close()
         await self.files.stop()
+        self.spool_lock.release()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -174,6 +173,34 @@ class RelayApp:
                 return
 
 
+class SpoolLock:
+    """This process's own spool directory, held with an exclusive ``flock`` for its lifetime."""
+
+    def __init__(self, path: Path, handle: IO[bytes]) -> None:
+        self.path = path
+        self.handle = handle  # the lock lives as long as this file stays open
+
+    def release(self) -> None:
+        self.handle.close()
+
+
+def claim_spool_dir(data_dir: Path, limit: int = 256) -> SpoolLock:
+    """``spool`` for the first relay process on ``data_dir``, ``spool-2``, ``spool-3``, … for
+    further workers (``vane relay --workers N``): two processes never append to one spool, and
+    after a restart the same directories are taken again, so nothing spooled is stranded."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for slot in range(1, limit + 1):
+        name = "spool" if slot == 1 else f"spool-{slot}"
+        handle = open(data_dir / f".{name}.lock", "ab")  # noqa: SIM115 - held while we run
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        return SpoolLock(data_dir / name, handle)
+    raise RuntimeError(f"more than {limit} relay processes share {data_dir}")
+
+
 async def supervise(name: str, run: Callable[[], Awaitable[None]]) -> None:
     """Run a loop that should never end; if it does (a bug), say so and start it again."""
     while True:
@@ -196,6 +223,24 @@ def freeze_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+    release_free_heap()
+
+
+def release_free_heap() -> None:
+    """Hand the heap pages that decoding and compiling a snapshot freed back to the system
+    (glibc keeps them otherwise): a sidecar's resident size is what it holds, not its peak."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return cast("Callable[[int], int]", ctypes.CDLL(None).malloc_trim)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back this way
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
 
 
 def create_app_from_env() -> RelayApp:

@@ -1,4 +1,4 @@
-"""``vane relay``: serve a relay (granian, one worker) against one or more control planes."""
+"""``vane relay``: serve a relay (granian) against one or more control planes."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import argparse
 import contextlib
 import os
 import resource
+import secrets
 import sys
 import time
+from collections.abc import Sequence
 
+from relay.serve import ServeOptions, serve
 from relay.settings import split_upstreams
 
 KEY_WAIT_S = 2.0  # a relay started before its key exists re-reads the key file this often
@@ -60,13 +63,26 @@ def add_relay_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="per-connection HTTP/1 read buffer, at least 8192 (request heads must fit; bodies "
         "stream through): granian's 400 KiB default costs ~10 KiB per open stream",
     )
+    relay.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("VANE_RELAY_WORKERS", "1")),
+        help="worker processes (one per core to use); 1, the default, serves from this one "
+        "process (a sidecar's footprint), more add granian's supervising main process",
+    )
     relay.set_defaults(func=cmd_relay)
 
 
-def exec_relay_only(argv: list[str]) -> None:
-    """Replace this process with ``python -m relay``, which never imports the control plane:
-    a relay started as ``vane relay`` then weighs ~40 MiB less and collects garbage faster."""
-    os.execv(sys.executable, [sys.executable, "-m", "relay", *argv])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vane")
+    add_relay_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``vane relay …`` (``argv`` starts with ``relay``)."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return int(args.func(args))
 
 
 def read_key(args: argparse.Namespace) -> str | None:
@@ -103,12 +119,6 @@ def raise_open_file_limit(wanted: int) -> None:
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
-    from granian import Granian
-    from granian.http import HTTP1Settings
-
-    if "control_plane" in sys.modules and not os.environ.get("VANE_RELAY_NO_EXEC"):
-        exec_relay_only(sys.argv[2:] if sys.argv[1:2] == ["relay"] else sys.argv[1:])
-
     upstreams = tuple(url.rstrip("/") for url in args.upstream or ()) or split_upstreams(
         os.environ.get("VANE_RELAY_UPSTREAM", "")
     )
@@ -130,6 +140,9 @@ def cmd_relay(args: argparse.Namespace) -> int:
             "VANE_RELAY_MAX_STREAMS": str(args.max_streams),
         }
     )
+    if args.workers > 1 and not os.environ.get("VANE_RELAY_SSE_SECRET"):
+        # an event-stream URL one worker signs may be opened on another: one secret for all
+        os.environ["VANE_RELAY_SSE_SECRET"] = secrets.token_hex(32)
     # granian admits `backpressure` requests at once per worker (default: its backlog, 1,024);
     # an open stream is a request in flight, so streams alone used to fill it and every
     # evaluation then waited forever. Room for every stream the relay accepts plus the others.
@@ -140,16 +153,14 @@ def cmd_relay(args: argparse.Namespace) -> int:
         f"(upstream {', '.join(upstreams)}, data {args.data_dir})"
     )
     sys.stdout.flush()
-    Granian(
-        "relay.app:create_app_from_env",
-        factory=True,
-        address=args.host,
-        port=args.port,
-        interface="asgi",  # type: ignore[arg-type]
-        workers=1,
-        log_access=False,
-        backpressure=in_flight,
-        http1_settings=HTTP1Settings(max_buffer_size=max(8192, args.http_buffer_bytes)),
-        backlog=max(2048, min(in_flight, 65535)),
-    ).serve()
+    serve(
+        ServeOptions(
+            host=args.host,
+            port=args.port,
+            workers=max(1, args.workers),
+            backpressure=in_flight,
+            backlog=max(2048, min(in_flight, 65535)),
+            http_buffer_bytes=max(8192, args.http_buffer_bytes),
+        )
+    )
     return 0

@@ -20,17 +20,20 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-import httpx
 import msgspec
 
 from relay.settings import RelaySettings
 from relay.spool import Batch, Spool
 from shared.backoff import Backoff
+from shared.wire.events import MAX_BATCH  # the control plane's limit per POST /events
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("vane.relay.forwarder")
 
-MAX_BATCH = 1000
 IN_FLIGHT = 3
 
 
@@ -47,7 +50,10 @@ class Forwarder:
         self.settings = settings
         self.spool = spool
         self._upstream = upstream or (lambda: settings.upstream_urls[0])
-        self._client = client or httpx.AsyncClient(timeout=30)
+        self._given_client = client
+        self._client_lock = asyncio.Lock()
+        self._client: httpx.AsyncClient | None = None  # made for the first batch: an idle
+        # relay (a sidecar with nothing to forward) does not load an HTTP client at all
         self._sleep = sleep
         self.backoff = Backoff(base=0.1, cap=settings.backoff_cap_s)
         self.accepted = 0
@@ -109,10 +115,22 @@ class Forwarder:
                 with contextlib.suppress(BaseException):
                     await task
 
+    async def _http_client(self) -> httpx.AsyncClient:
+        """The client, made for the first batch (once, though up to ``IN_FLIGHT`` ask at once)."""
+        async with self._client_lock:
+            if self._client is None:
+                self._client = self._given_client
+            if self._client is None:
+                self._client = await asyncio.to_thread(_new_client)
+            return self._client
+
     async def _send(self, batch: Batch) -> float | None:
         """None when the batch is done with; else the least seconds to wait before retrying."""
+        client = await self._http_client()
+        import httpx  # loaded by now: a dictionary lookup
+
         try:
-            response = await self._client.post(
+            response = await client.post(
                 self.url,
                 content=msgspec.json.encode({"events": batch.events}),
                 headers={
@@ -154,4 +172,14 @@ class Forwarder:
             handle.write(line)
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+
+
+def _new_client() -> httpx.AsyncClient:
+    """The HTTP client, made off the event loop: importing httpx and building its TLS context
+    takes 150 ms or more, which on the loop would hold up every request the relay is serving (a
+    page's exposure then got the time it was let through, after the purchase that followed it)."""
+    import httpx
+
+    return httpx.AsyncClient(timeout=30)

@@ -1,5 +1,8 @@
 """The relay's HTTP layer: a tiny hand-written ASGI application, no web framework.
 
+A leaf: it imports nothing of the relay (``make lint`` holds it to that); the routes import it,
+and ``relay/routes/compose.py`` puts the two together.
+
 The relay answers one hot request — evaluate every client-side flag for a context — thousands of
 times a second on one core, so the per-request floor of a framework (routing trees, dependency
 injection, middleware stacks, response objects that re-encode headers) is most of the budget.
@@ -15,18 +18,14 @@ response through ``request.send`` (server-sent events) and set ``request.started
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 from urllib.parse import parse_qsl
 
 import msgspec
 
-from relay.metrics import RelayMetrics
-from relay.settings import RelaySettings
-from relay.store import Store
-
-if TYPE_CHECKING:
-    from relay.routes import Browser
+from shared.wire.body import MAX_BODY_BYTES
+from shared.wire.errors import encode_error
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,7 +33,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-MAX_BODY_BYTES = 1 << 20
 
 logger = logging.getLogger("vane.relay.http")
 
@@ -118,21 +116,10 @@ class Response:
 
 
 Handler = Callable[[Request], Awaitable[Response | None]]
+CountRequest = Callable[[str, int], None]
+"""Told the route name and status of every answered request (the relay's metrics)."""
 ErrorBody = Callable[[int, str], bytes]
 """Encodes a route-independent error (status, message) in the API's own error shape."""
-
-STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    422: "validation_error",
-    429: "rate_limited",
-    500: "internal_error",
-    503: "unavailable",
-}
 
 
 def vane_error(
@@ -142,16 +129,8 @@ def vane_error(
     code: str | None = None,
     details: tuple[tuple[str, str], ...] = (),
 ) -> bytes:
-    """Vane's error shape: ``{"error": {"code", "message", "details": [{"field", "message"}]}}``."""
-    return json_encode(
-        {
-            "error": {
-                "code": code or STATUS_CODES.get(status, "error"),
-                "message": message,
-                "details": [{"field": f, "message": m} for f, m in details],
-            }
-        }
-    )
+    """Vane's error shape (``shared.wire.errors``, the control plane's too)."""
+    return encode_error(status, message, code=code, details=details)
 
 
 def vane_error_body(status: int, message: str) -> bytes:
@@ -258,9 +237,9 @@ def error_response(status: int, body: bytes, origin: bytes | None = None) -> Res
 class HttpApp:
     """The ASGI callable: route, run the handler, send, count."""
 
-    def __init__(self, router: Router, metrics: RelayMetrics) -> None:
+    def __init__(self, router: Router, count_request: CountRequest) -> None:
         self.router = router
-        self.metrics = metrics
+        self.count_request = count_request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -295,9 +274,9 @@ class HttpApp:
                 500, route.error_body(500, "internal error"), request.headers.get(b"origin")
             )
         if response is None:  # streamed by the handler itself
-            self.metrics.count_request(route.name, 200)
+            self.count_request(route.name, 200)
             return
-        self.metrics.count_request(route.name, response.status)
+        self.count_request(route.name, response.status)
         await send(
             {"type": "http.response.start", "status": response.status, "headers": response.headers}
         )
@@ -317,70 +296,9 @@ class HttpApp:
         response = error_response(status, error_body(status, message), origin)
         if extra:
             response.headers.extend(extra)
-        self.metrics.count_request(name, status)
+        self.count_request(name, status)
         await response.send(send)
 
 
 async def _preflight(request: Request) -> Response:
     return preflight(request)
-
-
-RouteRegistrar = Callable[[Router, "Browser"], None]
-"""Adds routes of another part of the relay (experiments, browser events, the tracker script).
-
-It gets the router and the ``Browser`` gate, so a ``pk_`` endpoint registered with ``cors=True``
-is admitted (key, origin, rate limit, body cap, state) exactly like the flag endpoints::
-
-    async def experiments(request: Request) -> Response:
-        admitted = await browser.admit(request, vane_error_body)
-        if not isinstance(admitted, Admission):
-            return admitted
-        ...
-        return Response(200, body, admitted.headers)
-
-    router.add("POST", "/sdk/v1/experiments", experiments, cors=True)
-"""
-
-
-def build_http_app(
-    store: Store,
-    settings: RelaySettings,
-    metrics: RelayMetrics,
-    *,
-    extra_routes: Iterable[RouteRegistrar] = (),
-    sse_keepalive_s: float = 15.0,
-) -> ASGIApp:
-    """The relay's HTTP application (``http`` scopes only; the caller handles ``lifespan``)."""
-    from relay.routes import Browser, feed, ofrep, ops, sdk, sse, tracker
-
-    router = Router()
-    browser = Browser(store, settings, metrics)
-    ops.register(router, store, metrics)
-    sdk.register(router, browser)
-    tracker.register(router, browser)
-    streams = sse.EventStreams(browser, keepalive_s=sse_keepalive_s)
-    ofrep.register(router, browser, streams)
-    streams.register(router)
-    feed.SnapshotFeed(browser, streams.hub).register(router)
-    metrics.register_gauge_callback(
-        "sse_streams", "Open OFREP event streams.", streams.hub.open_streams
-    )
-    metrics.register_gauge_callback(
-        "sse_streams_max", "Event streams this relay holds at most.", lambda: streams.max_streams
-    )
-    metrics.register_gauge_callback(
-        "sse_streams_refused",
-        "Event streams refused (503) for being over the maximum.",
-        lambda: streams.refused_full,
-    )
-    metrics.register_status(
-        "streams",
-        lambda: {
-            "open": streams.hub.open_streams(),
-            "max": streams.max_streams,
-            "refused": streams.refused_full,
-        },
-    )
-    for register in extra_routes:
-        register(router, browser)
-    return HttpApp(router, metrics)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING
 
 from relay.store import Store
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
 
 PREFIX = "vane_relay_"
 
@@ -26,16 +26,14 @@ GaugeValue = float | Mapping[tuple[str, ...], float]
 class RelayMetrics:
     """Counts what the relay serves; reads snapshot versions and ages from the store at scrape."""
 
-    content_type = CONTENT_TYPE_LATEST
-
     def __init__(self, store: Store) -> None:
         self.store = store
         self.evaluations: dict[str, int] = {}
         self.requests: dict[tuple[str, int], int] = {}
         self._gauges: list[tuple[str, str, Sequence[str], Callable[[], GaugeValue]]] = []
         self._status: dict[str, Callable[[], object]] = {}
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))
+        # prometheus_client is loaded at the first scrape: a relay nobody scrapes saves its MiBs
+        self._registry: CollectorRegistry | None = None
 
     def count_evaluations(self, environment: str, n: int) -> None:
         self.evaluations[environment] = self.evaluations.get(environment, 0) + n
@@ -67,11 +65,37 @@ class RelayMetrics:
     def status(self) -> dict[str, object]:
         return {name: fn() for name, fn in self._status.items()}
 
+    @property
+    def content_type(self) -> str:
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+        return CONTENT_TYPE_LATEST
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry
+            from prometheus_client.registry import Collector
+
+            metrics = self
+
+            class RelayCollector(Collector):
+                def collect(self) -> Iterator[Metric]:
+                    return metrics.collect()
+
+            self._registry = CollectorRegistry(auto_describe=False)
+            self._registry.register(RelayCollector())
+        return self._registry
+
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         evaluations = CounterMetricFamily(
             PREFIX + "evaluations",
             "Flag evaluations served to browsers.",
@@ -134,11 +158,3 @@ class RelayMetrics:
                 yield gauge
             else:
                 yield GaugeMetricFamily(name, help, value=float(value))
-
-
-class _Collector(Collector):
-    def __init__(self, metrics: RelayMetrics) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        return self.metrics.collect()

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shared.engine import CompiledEnvironment, compile_snapshot
+from shared.engine import CompiledEnvironment, compile_patch, compile_snapshot
 from shared.keys import hash_token
-from shared.wire.protocol import Access, AccessKey
+from shared.wire.protocol import Access, AccessKey, Patch, apply_patch, patched_keys
 from shared.wire.snapshot import Snapshot
 
 
@@ -50,6 +50,23 @@ class EnvironmentState:
             ),
             access=access,
             received_at=time.time() if received_at is None else received_at,
+            etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',
+        )
+
+    @classmethod
+    def patched(cls, previous: EnvironmentState, patch: Patch) -> EnvironmentState:
+        """``previous`` with ``patch`` applied (the caller checks that it follows): only the
+        flags the patch names, and those using what it names, are compiled; every other
+        compiled flag is taken over, so applying costs the patch, not the environment."""
+        snapshot = apply_patch(previous.snapshot, patch)
+        flags, segments = patched_keys(patch)
+        return cls(
+            environment=snapshot.environment,
+            version=snapshot.version,
+            snapshot=snapshot,
+            compiled=compile_patch(previous.compiled, snapshot, flags=flags, segments=segments),
+            access=patch.access or previous.access,
+            received_at=time.time(),
             etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',
         )
 

@@ -32,7 +32,6 @@ from relay.store import EnvironmentState, Store
 from shared.backoff import Backoff
 from shared.engine import CompileError
 from shared.wire import protocol as p
-from shared.wire.snapshot import Snapshot
 
 logger = logging.getLogger("vane.relay.sync")
 
@@ -125,7 +124,12 @@ class SyncClient:
                     self.files.schedule_removal(environment)
             case p.SnapshotMessage(snapshot=snapshot, access=access):
                 self.store.note_offered(snapshot.environment, snapshot.version)
-                self._accept(snapshot, access)
+                previous = self.store.get(snapshot.environment)
+                self._accept(
+                    snapshot.environment,
+                    snapshot.version,
+                    lambda: EnvironmentState.build(snapshot, access, previous=previous),
+                )
             case p.Patch() as patch:
                 self.store.note_offered(patch.environment, patch.version)
                 current = self.store.get(patch.environment)
@@ -140,7 +144,13 @@ class SyncClient:
                         )
                     )
                     return
-                self._accept(p.apply_patch(current.snapshot, patch), patch.access or current.access)
+                base = current
+                self._accept(
+                    patch.environment,
+                    patch.version,
+                    lambda: EnvironmentState.patched(base, patch),
+                    patch,
+                )
             case p.Ping(sent_at=sent_at):
                 await socket.send(p.encode(p.Pong(sent_at=sent_at)))
             case p.Pong():
@@ -156,23 +166,27 @@ class SyncClient:
             current,
         )
 
-    def _accept(self, snapshot: Snapshot, access: p.Access) -> None:
-        if not self.store.is_newer(snapshot.environment, snapshot.version):
-            current = self.store.version(snapshot.environment)
+    def _accept(
+        self,
+        environment: str,
+        version: int,
+        build: Callable[[], EnvironmentState],
+        patch: p.Patch | None = None,
+    ) -> None:
+        """Serve the state ``build`` makes (a full snapshot, or ``patch`` of the state held) if
+        ``version`` moves ``environment`` forward; save it (a patch: appended to the log)."""
+        if not self.store.is_newer(environment, version):
+            current = self.store.version(environment)
             assert current is not None
-            self._refuse(snapshot.environment, snapshot.version, current)
+            self._refuse(environment, version, current)
             return
         try:
-            state = EnvironmentState.build(
-                snapshot, access, previous=self.store.get(snapshot.environment)
-            )
+            state = build()
         except CompileError as exc:  # never expected: the control plane validates on write
-            logger.error(
-                "refusing version %s of %s: %s", snapshot.version, snapshot.environment, exc
-            )
+            logger.error("refusing version %s of %s: %s", version, environment, exc)
             return
         self.store.swap(state)
-        self.files.schedule(snapshot, access)
+        self.files.schedule(state.snapshot, state.access, patch)
 
     async def _heartbeat(self, socket: ClientConnection) -> None:
         while True:

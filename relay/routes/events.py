@@ -34,7 +34,8 @@ from relay.http import (
     vane_error,
     vane_error_body,
 )
-from relay.routes import Admission, Browser, bearer_token, unknown_key
+from relay.routes.admission import Admission, Browser
+from relay.routes.keys import bearer_token, unknown_key
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
 from shared.engine.experiments import exposure_claim_problem, flag_exposure_claim_problem
@@ -214,25 +215,21 @@ def invalid(problems: list[events.Problem], headers: list[tuple[bytes, bytes]]) 
     return Response(422, body_, headers)
 
 
-def registrar(spool: Spool) -> Any:
-    """The ``extra_routes`` hook of ``relay.http.build_http_app`` for event intake."""
-
-    def register(router: Router, browser: Browser) -> None:
-        EventIntake(spool, browser).register(router)
-        browser.metrics.register_gauge_callback(
-            "event_spool_events",
-            "Events spooled and not yet forwarded.",
-            lambda: spool.pending_events,
-        )
-        browser.metrics.register_gauge_callback(
-            "event_spool_bytes",
-            "Bytes of the spool not yet forwarded.",
-            lambda: spool.pending_bytes,
-        )
-        browser.metrics.register_gauge_callback(
-            "events_forwarded",
-            "Events forwarded upstream since start.",
-            lambda: spool.forwarded_events,
-        )
-
-    return register
+def register(router: Router, browser: Browser, spool: Spool) -> None:
+    """Event intake, and the spool's gauges."""
+    EventIntake(spool, browser).register(router)
+    browser.metrics.register_gauge_callback(
+        "event_spool_events",
+        "Events spooled and not yet forwarded.",
+        lambda: spool.pending_events,
+    )
+    browser.metrics.register_gauge_callback(
+        "event_spool_bytes",
+        "Bytes of the spool not yet forwarded.",
+        lambda: spool.pending_bytes,
+    )
+    browser.metrics.register_gauge_callback(
+        "events_forwarded",
+        "Events forwarded upstream since start.",
+        lambda: spool.forwarded_events,
+    )

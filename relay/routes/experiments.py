@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from relay.http import Request, Response, Router, vane_error_body
-from relay.routes import Admission, Browser
+from relay.routes.admission import Admission, Browser
 from relay.routes.events import invalid, malformed
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
@@ -251,13 +251,9 @@ class FlagExposures:
             self.seen.forget(str(e["eventId"]) for e in events)
 
 
-def registrar(spool: Spool) -> Any:
-    """The ``extra_routes`` hook of ``relay.http.build_http_app``: experiments and exposures."""
-
-    def register(router: Router, browser: Browser) -> None:
-        routes = ExperimentRoutes(spool, browser)
-        router.add("POST", "/sdk/v1/experiments", routes.page, cors=True)
-        router.add("POST", "/sdk/v1/experiments/{key}/assign", routes.assign, cors=True)
-        browser.exposures = FlagExposures(spool)
-
-    return register
+def register(router: Router, browser: Browser, spool: Spool) -> None:
+    """Experiment assignment for pages and backends, and flag exposures reported to the spool."""
+    routes = ExperimentRoutes(spool, browser)
+    router.add("POST", "/sdk/v1/experiments", routes.page, cors=True)
+    router.add("POST", "/sdk/v1/experiments/{key}/assign", routes.assign, cors=True)
+    browser.exposures = FlagExposures(spool)

@@ -23,7 +23,8 @@ import contextlib
 import msgspec
 
 from relay.http import Request, Response, Router, Send, vane_error_body
-from relay.routes import Browser, bearer_token, unknown_key
+from relay.routes.admission import Browser
+from relay.routes.keys import bearer_token, unknown_key
 from relay.routes.sse import Change, ChangeHub, DisconnectWatch, Subscription, follow
 from relay.store import EnvironmentState
 from shared.wire import protocol as p

@@ -23,7 +23,8 @@ import hashlib
 import time
 
 from relay.http import Request, Response, Router, json_encode, ofrep_error_body
-from relay.routes import Admission, Browser, ContextError, parse_context, targeting_key_problem
+from relay.routes.admission import Admission, Browser
+from relay.routes.contexts import ContextError, parse_context, targeting_key_problem
 from relay.routes.sse import EventStreams
 from shared.engine import evaluate, evaluate_all, ofrep_error_code
 
@@ -90,12 +91,7 @@ class OfrepRoutes:
         evaluations = evaluate_all(
             state.compiled, context, int(now * 1000), client_side_only=not admitted.trusted
         )
-        item = view.ofrep_item
-        cache = view.ofrep
-        parts = []
-        for key, evaluation in evaluations.items():
-            encoded = cache[key].get(id(evaluation))
-            parts.append(encoded if encoded is not None else item(key, evaluation))
+        parts = view.ofrep_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))
         self.browser.evaluated(state, context, evaluations)
         streams = (

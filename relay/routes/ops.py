@@ -44,10 +44,9 @@ def register(router: Router, store: Store, metrics: RelayMetrics) -> None:
         headers = [CONTENT_JSON, (b"cache-control", b"no-store")]
         return Response(200 if ready else 503, json_encode(body), headers)
 
-    content_type = (b"content-type", metrics.content_type.encode())
-
     async def scrape(request: Request) -> Response:
-        return Response(200, metrics.render(), [content_type])
+        body = metrics.render()
+        return Response(200, body, [(b"content-type", metrics.content_type.encode())])
 
     async def openapi(request: Request) -> Response:
         return Response(200, document(), [CONTENT_JSON, (b"cache-control", b"max-age=3600")])

@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 
 from relay.http import Request, Response, Router, vane_error, vane_error_body
-from relay.routes import Admission, Browser, ContextError, parse_context
+from relay.routes.admission import Admission, Browser
+from relay.routes.contexts import ContextError, parse_context
 from shared.engine import evaluate_all
 
 
@@ -47,12 +48,7 @@ class SdkRoutes:
         evaluations = evaluate_all(
             state.compiled, context, now_ms, client_side_only=not admitted.trusted
         )
-        item = view.sdk_item
-        cache = view.sdk
-        parts = []
-        for key, evaluation in evaluations.items():
-            encoded = cache[key].get(id(evaluation))
-            parts.append(encoded if encoded is not None else item(key, evaluation))
+        parts = view.sdk_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))
         self.browser.evaluated(state, context, evaluations)
         return Response(200, b'{"flags":{' + b",".join(parts) + b"}}", headers)

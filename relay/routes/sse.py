@@ -44,7 +44,8 @@ from relay.http import (
     json_encode,
     ofrep_error_body,
 )
-from relay.routes import Browser, origin_allowed
+from relay.routes.admission import Browser
+from relay.routes.keys import origin_allowed
 from relay.store import EnvironmentState, Store
 
 EVENTS_PATH = "/ofrep/v1/events"

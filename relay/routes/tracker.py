@@ -22,7 +22,7 @@ from importlib import resources
 import msgspec
 
 from relay.http import Request, Response, Router, vane_error, vane_error_body
-from relay.routes import Admission, Browser
+from relay.routes.admission import Admission, Browser
 from shared.engine.experiments import url_matches
 
 SCRIPT_PATH = "/sdk/v1/vane.js"

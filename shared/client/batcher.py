@@ -41,13 +41,15 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from shared.backoff import backoff_delay
-from shared.wire.events import MAX_VALUE
+from shared.wire.body import MAX_BODY_BYTES
+from shared.wire.currencies import ISO_4217
+from shared.wire.events import MAX_BATCH, MAX_PROPS_BYTES, MAX_VALUE
 
 logger = logging.getLogger("vane.client")
 
-MAX_BATCH: Final = 1000  # events per POST /events
-MAX_BODY: Final = 1 << 20  # bytes per request body
-MAX_PROPS: Final = 16 << 10  # bytes of encoded props per event
+# the server's limits (shared.wire): events per POST /events, bytes per body, bytes of props
+MAX_BODY: Final = MAX_BODY_BYTES
+MAX_PROPS: Final = MAX_PROPS_BYTES
 BACKOFF_BASE: Final = 0.1
 BACKOFF_CAP: Final = 30.0
 RETRY_AFTER_CAP: Final = 600.0
@@ -654,13 +656,7 @@ def _coerce_ts(ts: object) -> int:
 def _check_optional(
     currency: object, props: Mapping[str, Any] | None, url: object
 ) -> dict[str, Any] | None:
-    if currency is not None and not (
-        isinstance(currency, str)
-        and len(currency) == 3
-        and currency.isascii()
-        and currency.isalpha()
-        and currency.isupper()
-    ):
+    if currency is not None and not (isinstance(currency, str) and currency in ISO_4217):
         raise ValueError(f"currency must be an ISO 4217 code such as 'EUR', got {currency!r}")
     if url is not None and not isinstance(url, str):
         raise TypeError(f"url must be a string, got {type(url).__name__}")

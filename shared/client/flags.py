@@ -27,6 +27,7 @@ import msgspec
 from shared.engine import (
     CompiledEnvironment,
     Evaluation,
+    compile_patch,
     compile_snapshot,
     context_key,
     evaluate,
@@ -119,13 +120,20 @@ class FlagSet:
             if self.snapshot is None or patch.from_version != self.snapshot.version:
                 raise FeedOutOfStep(f"patch from {patch.from_version}, holding {self.version}")
             snapshot = p.apply_patch(self.snapshot, patch)
+            flags, segments = p.patched_keys(patch)
+            if self.compiled is not None:  # only what the patch names is compiled
+                return self._swap(
+                    snapshot,
+                    compile_patch(self.compiled, snapshot, flags=flags, segments=segments),
+                )
         else:
             return None
         return self._swap(snapshot)
 
-    def _swap(self, snapshot: Snapshot) -> list[str]:
+    def _swap(self, snapshot: Snapshot, compiled: CompiledEnvironment | None = None) -> list[str]:
         before = self.compiled
-        compiled = compile_snapshot(snapshot, previous=before)  # CompileError: keep the old
+        if compiled is None:  # CompileError: keep the old
+            compiled = compile_snapshot(snapshot, previous=before)
         self.snapshot, self.compiled = snapshot, compiled
         if before is None:
             return sorted(compiled.flags)

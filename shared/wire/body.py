@@ -18,6 +18,7 @@ import msgspec
 T = TypeVar("T")
 
 MAX_DEPTH = 32
+MAX_BODY_BYTES = 1 << 20  # a request body, by default, on either side
 """Nesting allowed in stored free-form JSON (event ``props``, json flag variations)."""
 
 EMPTY = "request body is empty: send a JSON object"

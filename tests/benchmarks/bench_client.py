@@ -102,8 +102,8 @@ def main() -> None:
     print(f"\n{args.runs} runs of {args.calls:,} calls (median)\n")
     print("| figure | Vane |")
     print("|---|---:|")
-    for figure, value in rows:
-        print(f"| {figure} | {value} |")
+    for label, value in rows:
+        print(f"| {label} | {value} |")
 
 
 if __name__ == "__main__":

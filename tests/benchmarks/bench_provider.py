@@ -21,12 +21,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import httpx
 
 from tests.benchmarks.common import Cleanup, Row, Spread, log, print_table, wait_quiet
-from tests.e2e.test_relays import eventually, start_control_plane, start_relay
+from tests.e2e.test_relays import Relay, eventually, start_control_plane, start_relay
 from tests.processes import Process
 
 FLAG = "kill-switch"
@@ -42,7 +44,7 @@ def backends(urls: list[str], key: str) -> None:
 
     lock = threading.Lock()
 
-    def handler(index: int, provider: VaneProvider) -> object:
+    def handler(index: int, provider: VaneProvider) -> Callable[[EventDetails], None]:
         def changed(details: EventDetails) -> None:
             at = time.time()
             value = provider.evaluate(FLAG, {"targetingKey": "probe"}, None)
@@ -63,6 +65,11 @@ def backends(urls: list[str], key: str) -> None:
     threading.Event().wait()
 
 
+def _at_version_2(relay: Relay) -> bool:
+    version: int = relay.readyz()["environments"].get("production", {}).get("version", 0)
+    return version >= 2
+
+
 def main() -> None:
     count = int(os.environ.get("BACKENDS", "20"))
     relay_count = int(os.environ.get("RELAYS", "2"))
@@ -81,12 +88,7 @@ def main() -> None:
         key = cp.api("POST", "/keys", {"kind": "server", "environment": "production"}).json()["key"]
         cp.api("POST", "/flags", {"key": FLAG, "clientSide": False})
         for relay in relays:
-            eventually(
-                lambda relay=relay: (
-                    relay.readyz()["environments"].get("production", {}).get("version", 0) >= 2
-                ),
-                timeout=60,
-            )
+            eventually(partial(_at_version_2, relay), timeout=60)
         urls = [relays[i % relay_count].url for i in range(count)]
         process = Process(
             [sys.executable, "-m", "tests.benchmarks.bench_provider", "backends", key, *urls]

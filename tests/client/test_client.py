@@ -91,6 +91,8 @@ def test_base_url_may_already_end_with_the_api_prefix(store: EventStore) -> None
         ({"ts": 1.5}, TypeError, "epoch milliseconds"),
         ({"currency": "eur"}, ValueError, "ISO 4217"),
         ({"currency": "EU1"}, ValueError, "ISO 4217"),
+        ({"currency": "ABC"}, ValueError, "ISO 4217"),  # the server's list, not any 3 capitals
+        ({"currency": ["EUR"]}, ValueError, "ISO 4217"),
         ({"props": ["a"]}, TypeError, "props must be a mapping"),
         ({"url": 3}, TypeError, "url must be a string"),
         ({"event_id": ""}, TypeError, "event_id"),

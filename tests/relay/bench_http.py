@@ -30,8 +30,8 @@ from typing import Any
 
 import msgspec
 
-from relay.http import build_http_app
 from relay.metrics import RelayMetrics
+from relay.routes.compose import build_http_app
 from relay.store import EnvironmentState, Store
 from shared.wire.snapshot import (
     Clause,

@@ -14,8 +14,9 @@ from typing import Any
 
 import httpx
 
-from relay.http import ASGIApp, build_http_app
+from relay.http import ASGIApp, Message
 from relay.metrics import RelayMetrics
+from relay.routes.compose import build_http_app
 from relay.settings import RelaySettings
 from relay.store import EnvironmentState, Store
 from shared.keys import hash_token
@@ -273,7 +274,7 @@ class StreamDriver:
             "client": ("127.0.0.1", 5000),
         }
         self.app = app
-        self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.messages: asyncio.Queue[Message] = asyncio.Queue()
         self._disconnect = asyncio.Event()
         self._requested = False
         self.task: asyncio.Task[None] | None = None
@@ -281,18 +282,21 @@ class StreamDriver:
         self.headers: dict[str, str] = {}
         self.finished = False
 
-    async def _receive(self) -> dict[str, Any]:
+    async def _receive(self) -> Message:
         if not self._requested:
             self._requested = True
             return {"type": "http.request", "body": b"", "more_body": False}
         await self._disconnect.wait()
         return {"type": "http.disconnect"}
 
-    async def _send(self, message: dict[str, Any]) -> None:
+    async def _send(self, message: Message) -> None:
         await self.messages.put(message)
 
+    async def _serve(self) -> None:
+        await self.app(self.scope, self._receive, self._send)
+
     async def start(self) -> None:
-        self.task = asyncio.create_task(self.app(self.scope, self._receive, self._send))
+        self.task = asyncio.create_task(self._serve())
         first = await asyncio.wait_for(self.messages.get(), 2)
         assert first["type"] == "http.response.start"
         self.status = first["status"]

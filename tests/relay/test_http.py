@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from relay.http import build_http_app
 from relay.metrics import RelayMetrics
+from relay.routes.compose import build_http_app
 from relay.store import EnvironmentState, Store
 from shared.engine import Reason, compile_snapshot, evaluate, evaluate_all, openfeature_reason
 from shared.keys import hash_token
@@ -36,7 +36,7 @@ BULK = "/ofrep/v1/evaluate/flags"
 SDK = "/sdk/v1/flags"
 ORIGIN = "https://app.example.com"
 
-CONTEXTS = [
+CONTEXTS: list[dict[str, Any]] = [
     {"targetingKey": "user-1", "country": "CA"},
     {"targetingKey": "user-2", "country": "CA"},
     {"targetingKey": "target-user-j1"},
@@ -732,7 +732,7 @@ async def test_body_cap_without_content_length(relay: Relay) -> None:
 
 async def test_extra_routes_share_the_gate() -> None:
     from relay.http import Request, Response, Router, vane_error_body
-    from relay.routes import Admission, Browser
+    from relay.routes.admission import Admission, Browser
 
     def register(router: Router, browser: Browser) -> None:
         async def echo(request: Request) -> Response:

@@ -81,9 +81,9 @@ async def test_no_response_contains_rules() -> None:
     # The strings looked for are really in the snapshot the relay serves from.
     snapshot = msgspec.json.encode(build_snapshot())
     assert all(s.encode() in snapshot for s in SECRETS if s.islower() and "-" in s)
-    for body in bodies:
+    for sent in bodies:
         for secret in SECRETS:
-            assert secret.encode() not in body, (secret, body[:300])
+            assert secret.encode() not in sent, (secret, sent[:300])
 
 
 async def test_server_side_flags_are_invisible() -> None:

@@ -18,9 +18,8 @@ import pytest
 
 import relay.spool
 from relay.forwarder import Forwarder
-from relay.http import build_http_app
 from relay.metrics import RelayMetrics
-from relay.routes import events as event_routes
+from relay.routes.compose import build_http_app
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState, Store
 from tests.chaos.harness import small_disk
@@ -86,7 +85,7 @@ def relay_with_events(spool: Spool) -> httpx.AsyncClient:
         store,
         relay_settings,
         RelayMetrics(store),
-        extra_routes=[event_routes.registrar(spool)],
+        spool=spool,
     )
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import pytest
 from websockets.asyncio.server import Server, ServerConnection, serve
 
@@ -332,3 +333,65 @@ async def test_the_relay_fails_over_to_a_live_upstream_and_comes_back(tmp_path: 
         assert client.upstream == first.url
         assert first.hellos[0].versions == {ENV: 4}
     await first.stop()
+
+
+# ------------------------------------------------ patches saved as they came (a log, not rewrites)
+
+
+def saved_version(files: SnapshotFiles) -> int:
+    """The version in the snapshot file alone, without its log."""
+    return int(msgspec.msgpack.decode(files.path_of(ENV).read_bytes())["snapshot"]["version"])
+
+
+def toggle(version: int, enabled: bool) -> p.Patch:
+    flag = build_snapshot(version, dark_mode_enabled=enabled).flags["dark-mode"]
+    return p.Patch(
+        environment=ENV, from_version=version - 1, version=version, flags={"dark-mode": flag}
+    )
+
+
+async def test_patches_are_appended_to_a_log_and_a_restart_serves_them(tmp_path: Path) -> None:
+    relay = make_relay(loaded=False)
+    upstream = ScriptedUpstream(free_port())
+    upstream.scripts.append([welcome(ENV), full(3), toggle(4, False), toggle(5, True)])
+    await upstream.start()
+    files = SnapshotFiles(tmp_path)
+    async with syncing(relay, tmp_path, upstream.url):
+        await eventually(lambda: relay.store.version(ENV) == 5)
+    await upstream.stop()  # (leaving ``syncing`` saved what was pending)
+    # the snapshot file still holds version 3: each patch cost the disk the patch only
+    assert saved_version(files) == 3
+    assert files.log_of(ENV).stat().st_size > 0
+    # a relay restarted while the control plane is away serves version 5 from disk
+    (restored,) = SnapshotFiles(tmp_path).load_all()
+    assert restored.snapshot.version == 5
+    assert restored.snapshot.flags["dark-mode"].enabled is True
+    assert restored.snapshot == p.apply_patch(
+        p.apply_patch(build_snapshot(3), toggle(4, False)), toggle(5, True)
+    )
+    # a record torn by a crash while appending: what came before it stands
+    log = files.log_of(ENV)
+    log.write_bytes(log.read_bytes()[:-3])
+    (torn,) = SnapshotFiles(tmp_path).load_all()
+    assert torn.snapshot.version == 4
+    assert torn.snapshot.flags["dark-mode"].enabled is False
+
+
+async def test_a_full_snapshot_or_a_long_log_rewrites_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("relay.persistence.LOG_LIMIT", 2)
+    relay = make_relay(loaded=False)
+    upstream = ScriptedUpstream(free_port())
+    upstream.scripts.append(
+        [welcome(ENV), full(3), toggle(4, False), toggle(5, True), toggle(6, False)]
+    )
+    await upstream.start()
+    files = SnapshotFiles(tmp_path)
+    async with syncing(relay, tmp_path, upstream.url):
+        await eventually(lambda: relay.store.version(ENV) == 6)
+    await upstream.stop()
+    assert saved_version(files) == 6  # three patches outgrew the log of two: written whole
+    (restored,) = SnapshotFiles(tmp_path).load_all()
+    assert restored.snapshot.version == 6
+    assert restored.snapshot.flags["dark-mode"].enabled is False

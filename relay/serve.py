@@ -1,0 +1,88 @@
+"""Serve the relay's ASGI app with granian: in this very process for one worker, or with a
+granian main process and ``workers`` worker processes (each with its own snapshot copy, sync
+connection and event spool).
+
+One worker is the sidecar's case, and there a second process is pure weight: granian's main
+process only supervises its worker, yet it costs as much memory as the whole relay. So one
+worker runs granian's embedded server on this process's own event loop (uvloop where
+installed), and SIGTERM/SIGINT stop it the way granian's main process would: the ASGI lifespan
+shuts down (the spool is flushed, the forwarder closed) and the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from dataclasses import dataclass
+
+APP = "relay.app:create_app_from_env"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    host: str
+    port: int
+    workers: int
+    backpressure: int  # requests in flight per worker (open streams included)
+    backlog: int
+    http_buffer_bytes: int
+
+
+def serve(options: ServeOptions) -> None:
+    if options.workers <= 1:
+        run_embedded(options)
+    else:
+        run_workers(options)
+
+
+def run_workers(options: ServeOptions) -> None:
+    from granian import Granian
+    from granian.http import HTTP1Settings
+
+    Granian(
+        APP,
+        factory=True,
+        address=options.host,
+        port=options.port,
+        interface="asgi",  # type: ignore[arg-type]
+        workers=options.workers,
+        log_access=False,
+        backpressure=options.backpressure,
+        http1_settings=HTTP1Settings(max_buffer_size=options.http_buffer_bytes),
+        backlog=options.backlog,
+    ).serve()
+
+
+def run_embedded(options: ServeOptions) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows
+        asyncio.run(_embedded(options))
+    else:
+        uvloop.run(_embedded(options))
+
+
+async def _embedded(options: ServeOptions) -> None:
+    from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
+    from granian.server.embed import Server
+
+    from relay.app import create_app_from_env
+
+    server = Server(
+        create_app_from_env,
+        factory=True,
+        address=options.host,
+        port=options.port,
+        interface=Interfaces.ASGI,
+        log_access=False,
+        backpressure=options.backpressure,
+        http1_settings=HTTP1Settings(max_buffer_size=options.http_buffer_bytes),
+        backlog=options.backlog,
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):  # pragma: no cover - Windows
+            loop.add_signal_handler(sig, server.stop)
+    await server.serve()

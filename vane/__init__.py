@@ -1,0 +1,1 @@
+"""The ``vane`` command: a thin entry point that imports only the side a command runs."""
