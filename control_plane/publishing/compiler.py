@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Iterable
 
 import msgspec
 from sqlalchemy import Text, cast, select
@@ -17,6 +18,7 @@ from control_plane.db.models import (
     Project,
     Segment,
 )
+from shared.wire import protocol as p
 from shared.wire import snapshot as w
 
 
@@ -110,13 +112,11 @@ _targets = msgspec.json.Decoder(tuple[w.Target, ...])
 _prerequisites = msgspec.json.Decoder(tuple[w.Prerequisite, ...])
 
 
-async def compile_environment(
-    session: AsyncSession, environment: Environment, *, now_ms: int | None = None
-) -> w.Snapshot:
-    """The environment's snapshot: every live flag and the segments they use."""
-    project_key = await session.scalar(
-        select(Project.key).where(Project.id == environment.project_id)
-    )
+async def _flags(
+    session: AsyncSession, environment: Environment, keys: Collection[str] | None
+) -> dict[str, w.FlagSnapshot]:
+    """The environment's live flags, by key (only ``keys`` when given)."""
+    only = () if keys is None else (Flag.key.in_(sorted(keys)),)
     rows = await session.execute(
         select(
             Flag.id,
@@ -134,6 +134,7 @@ async def compile_environment(
             Flag.project_id == environment.project_id,
             Flag.archived.is_(False),
             FlagSetting.environment_id == environment.id,
+            *only,
         )
         .order_by(Flag.key)
     )
@@ -141,10 +142,10 @@ async def compile_environment(
         await session.scalars(
             select(FlagMetric.flag_id)
             .join(Flag, Flag.id == FlagMetric.flag_id)
-            .where(Flag.project_id == environment.project_id)
+            .where(Flag.project_id == environment.project_id, *only)
         )
     )
-    flags = {
+    return {
         key: w.FlagSnapshot(
             key=key,
             version=version,
@@ -176,19 +177,142 @@ async def compile_environment(
             prerequisites,
         ) in rows
     }
-    all_segments = await segments_for(session, environment.project_id)
-    used = referenced_segments(flags, all_segments)
+
+
+async def _running_experiments(
+    session: AsyncSession, project_id: str
+) -> dict[str, w.ExperimentSnapshot]:
     running = await session.scalars(
         select(Experiment)
-        .where(Experiment.project_id == environment.project_id, Experiment.status == "running")
+        .where(Experiment.project_id == project_id, Experiment.status == "running")
         .order_by(Experiment.key)
     )
+    return {row.key: experiment_snapshot(row) for row in running}
+
+
+def _now_ms(now_ms: int | None) -> int:
+    return now_ms if now_ms is not None else time.time_ns() // 1_000_000
+
+
+async def compile_environment(
+    session: AsyncSession, environment: Environment, *, now_ms: int | None = None
+) -> w.Snapshot:
+    """The environment's snapshot: every live flag and the segments they use."""
+    project_key = await session.scalar(
+        select(Project.key).where(Project.id == environment.project_id)
+    )
+    flags = await _flags(session, environment, None)
+    all_segments = await segments_for(session, environment.project_id)
+    used = referenced_segments(flags, all_segments)
     return w.Snapshot(
         project=project_key or environment.project_id,
         environment=environment.key,
         version=environment.snapshot_version,
         flags=flags,
         segments={key: all_segments[key] for key in sorted(used)},
-        generated_at=now_ms if now_ms is not None else time.time_ns() // 1_000_000,
-        experiments={row.key: experiment_snapshot(row) for row in running},
+        generated_at=_now_ms(now_ms),
+        experiments=await _running_experiments(session, environment.project_id),
     )
+
+
+def _segment_keys(rules: Iterable[w.Rule] | Iterable[w.SegmentRule]) -> set[str]:
+    return {
+        key
+        for rule in rules
+        for clause in rule.clauses
+        if clause.op == "segmentMatch"
+        for key in clause.values
+    }
+
+
+async def compile_change(
+    session: AsyncSession,
+    environment: Environment,
+    before: w.Snapshot,
+    *,
+    flags: Collection[str] = (),
+    segments: Collection[str] = (),
+    experiments: bool = False,
+    now_ms: int | None = None,
+) -> tuple[w.Snapshot, p.Patch]:
+    """The environment's next snapshot from ``before`` (its previous version, one commit ago)
+    and the patch between them, reading only what the commit changed: the named flags and
+    segments (and experiments when they changed). Equals ``compile_environment`` (tested).
+
+    Which segments the snapshot carries changes only when a changed flag or segment references
+    different segments than before; only then are the flags' references collected again.
+    """
+    fresh_flags = await _flags(session, environment, flags) if flags else {}
+    removed_flags = sorted(key for key in flags if key not in fresh_flags and key in before.flags)
+    changed_flags = {k: f for k, f in fresh_flags.items() if before.flags.get(k) != f}
+    next_flags = before.flags
+    if changed_flags or removed_flags:
+        next_flags = dict(before.flags)
+        for key in removed_flags:
+            del next_flags[key]
+        added = not changed_flags.keys() <= next_flags.keys()
+        next_flags.update(changed_flags)
+        if added:  # the order ``compile_environment`` gives
+            next_flags = dict(sorted(next_flags.items()))
+
+    fresh_segments: dict[str, w.SegmentSnapshot] = {}
+    if segments:
+        rows = await session.scalars(
+            select(Segment).where(
+                Segment.project_id == environment.project_id, Segment.key.in_(sorted(segments))
+            )
+        )
+        fresh_segments = {row.key: segment_snapshot(row) for row in rows}
+    references_moved = any(
+        _segment_keys(before.flags[key].rules if key in before.flags else ())
+        != _segment_keys(next_flags[key].rules if key in next_flags else ())
+        for key in {*changed_flags, *removed_flags}
+    ) or any(
+        _segment_keys(before.segments[key].rules if key in before.segments else ())
+        != _segment_keys(fresh_segments[key].rules if key in fresh_segments else ())
+        for key in segments
+    )
+    next_segments = dict(before.segments)
+    next_segments.update({k: s for k, s in fresh_segments.items() if k in before.segments})
+    for key in segments:
+        if key not in fresh_segments:
+            next_segments.pop(key, None)
+    if references_moved:  # rare (a rule or segment now names other segments): collect again
+        known = await segments_for(session, environment.project_id)
+        next_segments = {key: known[key] for key in sorted(referenced_segments(next_flags, known))}
+    next_experiments = (
+        await _running_experiments(session, environment.project_id)
+        if experiments
+        else before.experiments
+    )
+    after = w.Snapshot(
+        project=before.project,
+        environment=before.environment,
+        version=environment.snapshot_version,
+        flags=next_flags,
+        segments=next_segments,
+        schema_version=before.schema_version,
+        generated_at=_now_ms(now_ms),
+        experiments=next_experiments,
+    )
+    patch = p.Patch(
+        environment=after.environment,
+        from_version=before.version,
+        version=after.version,
+        generated_at=after.generated_at,
+        flags=changed_flags,
+        removed_flags=tuple(removed_flags),
+        segments={k: s for k, s in next_segments.items() if before.segments.get(k) != s},
+        removed_segments=tuple(sorted(k for k in before.segments if k not in next_segments)),
+        experiments=(
+            {k: e for k, e in next_experiments.items() if before.experiments.get(k) != e}
+            if experiments
+            else {}
+        ),
+        removed_experiments=(
+            tuple(sorted(k for k in before.experiments if k not in next_experiments))
+            if experiments
+            else ()
+        ),
+    )
+    return after, patch

@@ -1,8 +1,13 @@
 """Per-environment snapshot feeds and the relays connected to this control-plane replica.
 
-After a commit changes an environment, ``Hub.refresh`` compiles its snapshot from the database
-(with the version bumped in that commit), keeps the encoded full snapshot and the patch from the
-previous version, and marks the environment pending on every relay connection that reads it.
+After a commit, ``Hub.apply`` takes what it changed (from the publisher) and, per environment,
+reads only that from the database (``compiler.compile_change``: the changed flags and segments)
+into the next snapshot and the patch from the previous version, then marks the environment
+pending on every relay connection that reads it. Only when the hub does not hold the version
+just before the commit's (it missed a change, or never built the feed) or the change is not one
+of flags, segments, experiments or access, does it compile the whole environment
+(``Hub.refresh``, also what the reconciler uses). The full snapshot frame is encoded only when a
+relay needs it.
 
 Delivery is latest-wins per relay: a connection holds at most one pending marker per
 environment, and its sender decides at send time what to send — nothing if the relay is
@@ -19,14 +24,19 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.db.models import ApiKey, Environment
-from control_plane.publishing.compiler import compile_environment
+from control_plane.publishing.compiler import compile_change, compile_environment
 from shared.wire import protocol as p
 from shared.wire.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from control_plane.publishing.publisher import Change, EnvironmentChange
 
 logger = logging.getLogger("vane.publishing")
 
@@ -41,10 +51,19 @@ class Feed:
     project_id: str
     snapshot: Snapshot
     access: p.Access
-    full_frame: bytes
-    patches: deque[tuple[int, int, bytes]] = field(
+    patches: deque[tuple[p.Patch, bytes]] = field(
         default_factory=lambda: deque(maxlen=PATCH_HISTORY)
     )
+    _full_frame: bytes | None = None
+
+    @property
+    def full_frame(self) -> bytes:
+        """The encoded full snapshot (encoded on first use: most changes never need it)."""
+        if self._full_frame is None:
+            self._full_frame = p.encode(
+                p.SnapshotMessage(snapshot=self.snapshot, access=self.access)
+            )
+        return self._full_frame
 
     @property
     def key(self) -> str:
@@ -58,11 +77,16 @@ class Feed:
         """What a relay at ``version`` needs: nothing, consecutive patches, or the full snapshot."""
         if version == self.version:
             return []
+        chain = self.patches_since(version)
+        return [frame for _patch, frame in chain] if chain is not None else [self.full_frame]
+
+    def patches_since(self, version: int | None) -> list[tuple[p.Patch, bytes]] | None:
+        """The consecutive patches from ``version`` to this one; None if not held."""
         patches = list(self.patches)
-        for index, (start, _end, _frame) in enumerate(patches):
-            if start == version:
-                return [frame for _start, _end, frame in patches[index:]]
-        return [self.full_frame]
+        for index, (patch, _frame) in enumerate(patches):
+            if patch.from_version == version:
+                return patches[index:]
+        return None
 
 
 @dataclass(eq=False)
@@ -88,6 +112,7 @@ class Hub:
         self.feeds: dict[str, Feed] = {}
         self.connections: set[Connection] = set()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._announced: dict[str, int] = {}  # environment id -> changes announced, not applied
 
     # --- building feeds ---------------------------------------------------------------------
 
@@ -138,6 +163,86 @@ class Hub:
             feed = self.feeds.get(environment_id)
         return feed
 
+    def announce(self, change: Change) -> None:
+        """A committed change is on its way to ``apply``: the reconciler leaves its environments
+        alone meanwhile (it would compile them whole, racing the change's own patch)."""
+        for environment_id in change.environments:
+            self._announced[environment_id] = self._announced.get(environment_id, 0) + 1
+
+    def settle(self, change: Change) -> None:
+        """An announced change was applied, or failed to be (the reconciler then delivers it)."""
+        for environment_id in change.environments:
+            left = self._announced.get(environment_id, 1) - 1
+            if left > 0:
+                self._announced[environment_id] = left
+            else:
+                self._announced.pop(environment_id, None)
+
+    async def apply(self, change: Change) -> None:
+        """Publish one commit's change: per environment, read and ship only what it touched."""
+        for environment_id, what in sorted(change.environments.items()):
+            await self.apply_one(change.project_id, environment_id, what)
+
+    async def apply_one(
+        self, project_id: str, environment_id: str, what: EnvironmentChange
+    ) -> None:
+        lock = self._locks.setdefault(environment_id, asyncio.Lock())
+        async with lock:
+            old = self.feeds.get(environment_id)
+            if old is None:
+                pass  # no relay read it yet: compiled when one does (``feed``), not now
+            elif "environment" in what.reasons:
+                built = await self._build(environment_id, old.version)
+                if built is None:
+                    return
+                project_id, snapshot, access = built
+                self._install(environment_id, project_id, snapshot, access, old, None)
+            else:
+                async with self._sessionmaker() as session:
+                    environment = await session.get(Environment, environment_id)
+                    if environment is None or environment.snapshot_version <= old.version:
+                        return  # gone, or already published (the reconciler raced us)
+                    if environment.snapshot_version == old.version + 1:
+                        snapshot, patch = await compile_change(
+                            session,
+                            environment,
+                            old.snapshot,
+                            flags=what.flags,
+                            segments=what.segments,
+                            experiments="experiments" in what.reasons,
+                        )
+                    else:  # a change this replica was not told about came between
+                        snapshot = await compile_environment(session, environment)
+                        patch = None
+                    access = (
+                        await self._access(session, environment)
+                        if "access" in what.reasons or patch is None
+                        else old.access
+                    )
+                    project_id = environment.project_id
+                if patch is not None and access != old.access:
+                    patch = msgspec.structs.replace(patch, access=access)
+                self._install(environment_id, project_id, snapshot, access, old, patch)
+        self._mark(environment_id, project_id)
+
+    def _install(
+        self,
+        environment_id: str,
+        project_id: str,
+        snapshot: Snapshot,
+        access: p.Access,
+        old: Feed | None,
+        patch: p.Patch | None,
+    ) -> None:
+        """Make ``snapshot`` the environment's feed; keep the patch from ``old`` to it."""
+        feed = Feed(environment_id, project_id, snapshot, access)
+        if old is not None:
+            feed.patches = old.patches
+            if patch is None:
+                patch = p.diff(old.snapshot, snapshot, access if access != old.access else None)
+            feed.patches.append((patch, p.encode(patch)))
+        self.feeds[environment_id] = feed
+
     async def refresh(self, environment_ids: Iterable[str]) -> None:
         for environment_id in sorted(set(environment_ids)):
             await self.refresh_one(environment_id)
@@ -151,13 +256,10 @@ class Hub:
             if built is None:
                 return
             project_id, snapshot, access = built
-            full = p.encode(p.SnapshotMessage(snapshot=snapshot, access=access))
-            feed = Feed(environment_id, project_id, snapshot, access, full)
-            if old is not None:
-                feed.patches = old.patches
-                patch = p.diff(old.snapshot, snapshot, access if access != old.access else None)
-                feed.patches.append((old.version, snapshot.version, p.encode(patch)))
-            self.feeds[environment_id] = feed
+            self._install(environment_id, project_id, snapshot, access, old, None)
+        self._mark(environment_id, project_id)
+
+    def _mark(self, environment_id: str, project_id: str) -> None:
         for connection in self.connections:
             if environment_id not in connection.environment_ids:
                 if connection.bound or connection.project_id != project_id:
@@ -176,7 +278,11 @@ class Hub:
                     Environment.id.in_(list(self.feeds))
                 )
             )
-            stale = [env_id for env_id, version in rows if version > self.feeds[env_id].version]
+            stale = [
+                env_id
+                for env_id, version in rows
+                if version > self.feeds[env_id].version and env_id not in self._announced
+            ]
         await self.refresh(stale)
 
     async def environments_of(

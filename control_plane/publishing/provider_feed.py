@@ -35,11 +35,20 @@ def _snapshot(feed: Feed) -> ServerSentEventMessage:
     )
 
 
-def _patch(old: Feed, new: Feed) -> ServerSentEventMessage:
-    patch = p.diff(old.snapshot, new.snapshot)
-    return ServerSentEventMessage(
-        data=_json.encode(patch).decode(), event="patch", id=str(new.version)
+def _patches(old: Feed, new: Feed) -> list[ServerSentEventMessage]:
+    """The feed's patches from what was sent (key hashes left out), or one diff if not held."""
+    chain = new.patches_since(old.version)
+    patches = (
+        [msgspec.structs.replace(patch, access=None) for patch, _frame in chain]
+        if chain is not None
+        else [p.diff(old.snapshot, new.snapshot)]
     )
+    return [
+        ServerSentEventMessage(
+            data=_json.encode(patch).decode(), event="patch", id=str(patch.version)
+        )
+        for patch in patches
+    ]
 
 
 async def _events(hub: Hub, feed: Feed, resume: int | None) -> AsyncIterator[Any]:
@@ -68,7 +77,8 @@ async def _events(hub: Hub, feed: Feed, resume: int | None) -> AsyncIterator[Any
             if latest is None:
                 return  # the environment is gone
             if latest.version > sent.version:
-                yield _patch(sent, latest)
+                for message in _patches(sent, latest):
+                    yield message
                 sent = latest
     finally:
         hub.detach(connection)

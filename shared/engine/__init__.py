@@ -8,6 +8,7 @@ from shared.engine.bucketing import WEIGHT_SCALE, bucket, experiment_bucket
 from shared.engine.compile import (
     CompiledEnvironment,
     CompiledFlag,
+    compile_patch,
     compile_snapshot,
     validate_flag,
     validate_segment,
@@ -25,6 +26,7 @@ __all__ = [
     "Evaluation",
     "Reason",
     "bucket",
+    "compile_patch",
     "compile_snapshot",
     "context_key",
     "evaluate",

@@ -45,7 +45,7 @@ from shared.wire.snapshot import (
 # --------------------------------------------------------------------------------- YAML loading
 
 
-class _JsonishLoader(yaml.SafeLoader):
+class _JsonishLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no stubs
     """YAML with JSON's scalars: ``on``/``yes`` are strings, no dates, no base-60 integers."""
 
 
@@ -330,7 +330,8 @@ def _reachable(
 ) -> tuple[list[str], list[str]]:
     flag_keys: list[str] = []
     segment_keys: list[str] = []
-    pending_flags, pending_segments = [flag_key], []
+    pending_flags: list[str] = [flag_key]
+    pending_segments: list[str] = []
 
     def clauses_of(item: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
         for rule in item.get("rules") or []:

@@ -1,8 +1,8 @@
 """LaunchDarkly's server-side evaluation test data, run against Vane's engine.
 
-The data (``server-side-eval/*.yml`` of launchdarkly/sdk-test-harness) is read from
-``VANE_LD_CONFORMANCE_DIR``, by default ``<repo>/../shared/anchors/ld-sdk-test-harness/
-server-side-eval``. Each case is translated into Vane's model (``ld_harness.py``) and evaluated;
+The data (``server-side-eval/*.yml`` of launchdarkly/sdk-test-harness, Apache-2.0) is vendored
+unchanged, with its licence and notice, in ``tests/engine/data/ld-sdk-test-harness/``;
+``VANE_LD_CONFORMANCE_DIR`` points the test at another copy (a newer release, say). Each case is translated into Vane's model (``ld_harness.py``) and evaluated;
 value, variation index and reason (kind, rule index and id, prerequisite key, error kind) must
 match. A case is skipped, with its reason, when it needs something Vane does not model
 (multi-kind contexts, kind-scoped targets, nested attribute references, LD's SHA-1 bucket values)
@@ -10,7 +10,8 @@ or when Vane deliberately refuses at compile time what LaunchDarkly tolerates at
 those refusals are verified before skipping. Cases LD expects to fail as ``MALFORMED_FLAG`` must
 be refused by ``compile_snapshot`` and evaluate to ``MALFORMED_FLAG`` when compiled leniently.
 
-The folder missing skips the module locally and fails it when ``CI=true``.
+A folder named by ``VANE_LD_CONFORMANCE_DIR`` that is missing skips the module locally and fails
+it when ``CI=true``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from shared.engine import CompileError, Reason, compile_snapshot, evaluate, eval
 
 from .ld_harness import Case, Unmappable, json_equal, load_cases, translate
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_DIR = REPO / ".." / "shared" / "anchors" / "ld-sdk-test-harness" / "server-side-eval"
+DEFAULT_DIR = Path(__file__).resolve().parent / "data" / "ld-sdk-test-harness" / "server-side-eval"
 DATA_DIR = Path(os.environ.get("VANE_LD_CONFORMANCE_DIR") or DEFAULT_DIR)
 
 # Things Vane refuses when compiling but LaunchDarkly evaluates anyway, by the refusal message.

@@ -3,10 +3,9 @@ its success whatever happens to publishing, and the reconciler delivers it after
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pytest
 
+from control_plane.publishing.publisher import Change
 from shared.wire import protocol as p
 from tests.conftest import Api
 from tests.publishing.test_stream import connect, hello, receive, snapshots
@@ -20,10 +19,10 @@ def test_a_committed_write_answers_success_when_publishing_fails(
         hello(ws)
         before = snapshots(ws, 2)["production"].snapshot
 
-        async def broken(environment_ids: Iterable[str]) -> None:
+        async def broken(change: Change) -> None:
             raise RuntimeError("the snapshot compiler crashed")
 
-        monkeypatch.setattr(hub, "refresh", broken)
+        monkeypatch.setattr(hub, "apply", broken)
         created = api.post("/flags", {"key": "after-commit"})
         assert created.status_code == 201, created.text  # was 500, and a retry then got 409
         assert api.get("/flags/after-commit").status_code == 200
@@ -45,10 +44,10 @@ def test_a_lagging_replica_never_sends_a_relay_an_older_snapshot(
         hello(ws)
         served = snapshots(ws, 2)["production"].snapshot.version
 
-    async def missed(environment_ids: Iterable[str]) -> None:  # a Redis notice that never came
+    async def missed(change: Change) -> None:  # a Redis notice that never came
         return None
 
-    monkeypatch.setattr(hub, "refresh", missed)
+    monkeypatch.setattr(hub, "apply", missed)
     toggled = api.post("/flags", {"key": "made-elsewhere"})
     assert toggled.status_code == 201
     monkeypatch.undo()
