@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import anyio
-from litestar import Litestar, MediaType, Router, get
+from litestar import Litestar, MediaType, Response, Router, get
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -32,12 +32,15 @@ from control_plane.domain.experiments.controllers import ExperimentController
 from control_plane.domain.flags.controllers import FlagController
 from control_plane.domain.keys.controllers import KeyController
 from control_plane.domain.metrics.controllers import MetricController
+from control_plane.domain.schedules.controllers import ScheduleController
+from control_plane.domain.schedules.runner import ScheduleRunner
 from control_plane.domain.segments.controllers import SegmentController
-from control_plane.errors import ERROR_RESPONSES, EXCEPTION_HANDLERS
-from control_plane.publishing.fanout import RedisFanout
+from control_plane.domain.webhooks.controllers import WebhookController
+from control_plane.domain.webhooks.dispatcher import Dispatcher, DispatchSettings
+from control_plane.errors import ERROR_RESPONSES, EXCEPTION_HANDLERS, etag
 from control_plane.publishing.hub import Hub, run_reconciler
-from control_plane.publishing.notifier import ChangeNotifier
 from control_plane.publishing.provider_feed import snapshot_stream
+from control_plane.publishing.publisher import LocalPublisher, Publisher, RedisPublisher
 from control_plane.publishing.stream import relay_stream
 from control_plane.ratelimit import RedisLimiter, make_limiter
 from control_plane.settings import Settings
@@ -54,6 +57,8 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     EventController,
     MetricController,
     ExperimentController,
+    ScheduleController,
+    WebhookController,
     relay_stream,
     snapshot_stream,
 ]
@@ -92,20 +97,34 @@ def create_app(settings: Settings | None = None) -> Litestar:
     configure_logging()
     engine = make_async_engine(settings.database_url)
     sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
-    notifier = ChangeNotifier()
     hub = Hub(sessionmaker)
-    fanout = (
-        RedisFanout(settings.redis_url, hub, settings.replica_id) if settings.redis_url else None
+    publisher: Publisher = (
+        RedisPublisher(hub, settings.redis_url, settings.replica_id)
+        if settings.redis_url
+        else LocalPublisher(hub)
     )
     background: list[asyncio.Task[None]] = []
     limiter = make_limiter(settings.rate_limit_per_s, settings.rate_limit_burst, settings.redis_url)
 
-    async def push_to_relays(project_id: str, environment_ids: frozenset[str]) -> None:
-        await hub.refresh(environment_ids)
-
-    notifier.subscribe(push_to_relays)
-    if fanout is not None:  # a listener of its own: a failed local push does not silence it
-        notifier.subscribe(fanout.publish)
+    schedules = ScheduleRunner(
+        sessionmaker,
+        replica_id=settings.replica_id,
+        publish=publisher.publish,
+        poll_s=settings.schedule_poll_s,
+        bayesian_prior_sd=settings.bayesian_prior_sd,
+    )
+    dispatcher = Dispatcher(
+        sessionmaker,
+        DispatchSettings(
+            replica_id=settings.replica_id,
+            poll_s=settings.webhook_poll_s,
+            timeout_s=settings.webhook_timeout_s,
+            max_attempts=settings.webhook_max_attempts,
+            backoff_s=settings.webhook_backoff_s,
+            backoff_cap_s=settings.webhook_backoff_cap_s,
+            private=settings.webhook_private,
+        ),
+    )
 
     async def on_startup(app: Litestar) -> None:
         await anyio.to_thread.run_sync(migrate.upgrade, settings.database_url)
@@ -114,16 +133,16 @@ def create_app(settings: Settings | None = None) -> Litestar:
             issued = await bootstrap(sessionmaker)
             app.state.issued_keys = issued
             log_issued_keys(issued)
-        if fanout is not None:
-            await fanout.start()
+        await publisher.start()
         background.append(asyncio.create_task(run_reconciler(hub, settings.reconcile_s)))
+        background.append(asyncio.create_task(schedules.run()))
+        background.append(asyncio.create_task(dispatcher.run()))
 
     async def on_shutdown(app: Litestar) -> None:
-        await notifier.drain()
         for task in background:
             task.cancel()
-        if fanout is not None:
-            await fanout.stop()
+        await asyncio.gather(*background, return_exceptions=True)
+        await publisher.stop()
         if isinstance(limiter, RedisLimiter):
             await limiter.close()
         await engine.dispose()
@@ -138,9 +157,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             {
                 "sessionmaker": sessionmaker,
                 "engine": engine,
-                "notifier": notifier,
                 "hub": hub,
-                "fanout": fanout,
+                "publisher": publisher,
                 "settings": settings,
                 "limiter": limiter,
             }
@@ -158,6 +176,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             else None
         ),
         exception_handlers=EXCEPTION_HANDLERS,
+        after_request=version_etag,
         request_max_body_size=settings.max_body_bytes,
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
@@ -172,6 +191,19 @@ def create_app(settings: Settings | None = None) -> Litestar:
     )
     document_errors(app)
     return app
+
+
+async def version_etag(response: Response[Any]) -> Response[Any]:
+    """Every resource answer that carries its ``version`` also carries it as the ``ETag`` a
+    write sends back in ``If-Match``."""
+    version = getattr(response.content, "version", None)
+    if (
+        isinstance(version, int)
+        and not isinstance(version, bool)
+        and (response.status_code or 200) < 300
+    ):
+        response.headers["ETag"] = etag(version)
+    return response
 
 
 def document_errors(app: Litestar) -> None:

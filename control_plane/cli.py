@@ -1,4 +1,5 @@
-"""``vane``: serve, migrate, issue keys and scan code references. Every command reads
+"""``vane`` on the control plane's side: serve, migrate, issue keys and scan code references
+(``vane relay`` is the relay's own, ``relay/cli.py``; ``vane/cli.py`` picks the side). Every command reads
 ``VANE_DATABASE_URL`` (default: a SQLite file under ``.vane/``) and says what it did."""
 
 from __future__ import annotations
@@ -8,57 +9,29 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.auth import KeyKind
 from control_plane.bootstrap import IssuedKey, bootstrap
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
-from control_plane.db.models import Flag, Project
+from control_plane.db.models import Flag
 from control_plane.domain.coderefs import schemas as coderef_schemas
 from control_plane.domain.coderefs import services as coderefs
 from control_plane.domain.coderefs.scanner import CodeRef, scan_tree
-from control_plane.domain.common import CLI_ACTOR, Scope
+from control_plane.domain.common import Scope
 from control_plane.domain.keys import schemas as key_schemas
 from control_plane.domain.keys import services as keys
 from control_plane.errors import ApiError
-from control_plane.settings import Settings
-from relay.cli import add_relay_parser
-
-T = TypeVar("T")
-
-
-def _database_url() -> str:
-    return Settings.from_env().database_url
-
-
-async def in_project(project_key: str, work: Callable[[Scope], Awaitable[T]]) -> T:
-    """Run ``work`` in one transaction of ``project_key`` as the CLI actor."""
-    url = _database_url()
-    engine = make_async_engine(url)
-    try:
-        sessionmaker: async_sessionmaker[AsyncSession] = async_sessionmaker(
-            engine, expire_on_commit=False
-        )
-        async with sessionmaker() as session:
-            project_id = await session.scalar(select(Project.id).where(Project.key == project_key))
-            if project_id is None:
-                raise ApiError(
-                    404,
-                    f"project {project_key!r} not found (start the control plane once to create 'default')",
-                )
-            scope = Scope(session=session, project_id=project_id, actor=CLI_ACTOR)
-            result = await work(scope)
-            await session.commit()
-            return result
-    finally:
-        await engine.dispose()
+from control_plane.oneshot import database_url as _database_url
+from control_plane.oneshot import in_project
+from control_plane.up import cmd_up as run_up
 
 
 def print_issued(issued: Sequence[IssuedKey], out: Any = sys.stdout) -> None:
@@ -108,8 +81,6 @@ def cmd_control_plane(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from control_plane.up import cmd_up as run_up
-
     url = _database_url()
     return run_up(args, url, _migrate_and_bootstrap(url))
 
@@ -186,9 +157,17 @@ def _scan_over_http(args: argparse.Namespace, root: Path, repository: str, branc
     base = args.url.rstrip("/") + "/api/v1"
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(headers=headers, timeout=30) as client:
-        listed = client.get(f"{base}/flags", params={"archived": "true"})
-        listed.raise_for_status()
-        found = scan_tree(root, [f["key"] for f in listed.json()["flags"]])
+        keys: list[str] = []
+        params = {"archived": "true", "limit": "500"}
+        while True:  # every page: the list answers at most 500 flags at a time
+            listed = client.get(f"{base}/flags", params=params)
+            listed.raise_for_status()
+            page = listed.json()
+            keys.extend(f["key"] for f in page["flags"])
+            if not page.get("nextCursor"):
+                break
+            params["cursor"] = page["nextCursor"]
+        found = scan_tree(root, keys)
         _print_refs(found, root)
         if args.upload:
             body = msgspec.json.encode(_upload_body(found, repository, branch))
@@ -250,8 +229,6 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--relay-port", type=int, default=8100)
     up.set_defaults(func=cmd_up)
-
-    add_relay_parser(sub)
 
     db = sub.add_parser("db", help="database schema").add_subparsers(
         dest="db_command", required=True

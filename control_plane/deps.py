@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request
 from litestar.datastructures import State
 from litestar.di import NamedDependency
+from litestar.params import HeaderParameter
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import Principal, request_session
-from control_plane.domain.common import CHANGED_ENVIRONMENTS, Actor, Scope
+from control_plane.domain.common import Actor, Scope
+from control_plane.publishing.publisher import Publisher
 
 
 async def provide_scope(
@@ -21,8 +23,8 @@ async def provide_scope(
     """Yield the request's unit of work; commit when the handler returns, roll back if it raises.
 
     Nothing is half-written: a handler that fails after some writes leaves the database as it was.
-    After the commit, environments whose snapshots changed are announced to the publisher in the
-    background: the committed write is answered with its success whatever publishing does.
+    After the commit, what it changed in the snapshots goes to the publisher (once, in the
+    background): the committed write is answered with its success whatever publishing does.
     """
     principal = request.user
     async with AsyncExitStack() as stack:
@@ -37,6 +39,7 @@ async def provide_scope(
             project_id=principal.project_id,
             actor=Actor.of(principal),
             bayesian_prior_sd=state.settings.bayesian_prior_sd,
+            if_match=None if request.method in ("GET", "HEAD") else request.headers.get("if-match"),
         )
         try:
             yield scope
@@ -44,10 +47,21 @@ async def provide_scope(
             await session.rollback()
             raise
         await session.commit()
-        changed: set[str] = session.info.pop(CHANGED_ENVIRONMENTS, set())
-        if changed:
-            state.notifier.announce(principal.project_id, changed)
+        if scope.change:
+            publisher: Publisher = state.publisher
+            publisher.publish(scope.change)
 
+
+IfMatch = Annotated[
+    str | None,
+    HeaderParameter(
+        name="If-Match",
+        description="The version (ETag) this write expects: 412 and nothing written if the "
+        "resource has changed since. Without it the write goes through.",
+    ),
+]
+"""Declared by every write that honours If-Match, so the OpenAPI document shows it; the check
+itself is ``Scope.expect_version``, which reads the header from the request's scope."""
 
 Ctx = NamedDependency[Scope]
 """Handler parameter type for the request's unit of work (``ctx: Ctx``)."""

@@ -28,41 +28,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from shared.wire import body
+from shared.wire.errors import ErrorResponse, error_response, status_code_name
+from shared.wire.errors import FieldError as FieldError  # the domains raise with it
 from shared.wire.events import convert_problem
 
 logger = logging.getLogger("vane.errors")
-
-_STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    422: "validation_error",
-    429: "rate_limited",
-    500: "internal_error",
-    503: "unavailable",
-}
-
-
-class FieldError(msgspec.Struct):
-    field: str
-    message: str
-
-
-class Problem(msgspec.Struct):
-    code: str
-    message: str
-    details: list[FieldError]
-
-
-class ErrorResponse(msgspec.Struct):
-    """Every error answer: ``{"error": {"code", "message", "details": [{"field", "message"}]}}``."""
-
-    error: Problem
-
 
 _WHEN = {
     400: "The body is not JSON (empty, malformed, not UTF-8 or nested too deeply)",
@@ -70,6 +40,8 @@ _WHEN = {
     403: "A key of the wrong kind for this endpoint",
     404: "No such resource",
     409: "Conflicts with the current state (a duplicate key, a forbidden transition, ...)",
+    412: "If-Match names a version that is no longer current (the answer carries the current "
+    "one in `error.currentVersion` and `ETag`); nothing was written",
     413: "The body is larger than the limit",
     422: "Invalid input: each detail names its field",
     429: "Rate limited: retry after the Retry-After header's seconds",
@@ -93,13 +65,15 @@ class ApiError(Exception):
         code: str | None = None,
         details: list[FieldError] | None = None,
         headers: dict[str, str] | None = None,
+        current_version: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
-        self.code = code or _STATUS_CODES.get(status, "error")
+        self.code = code or status_code_name(status)
         self.message = message
         self.details = details or []
         self.headers = headers or {}
+        self.current_version = current_version  # 412: the version If-Match must name
 
 
 def not_found(what: str, key: str) -> ApiError:
@@ -108,6 +82,21 @@ def not_found(what: str, key: str) -> ApiError:
 
 def conflict(message: str) -> ApiError:
     return ApiError(409, message)
+
+
+def stale_version(current: int) -> ApiError:
+    """412 for a write whose ``If-Match`` is not the resource's current version."""
+    return ApiError(
+        412,
+        f"If-Match does not name the current version ({current}): reload, then retry",
+        details=[FieldError("If-Match", f"the current version is {current}")],
+        headers={"ETag": etag(current)},
+        current_version=current,
+    )
+
+
+def etag(version: int) -> str:
+    return f'"{version}"'
 
 
 def invalid(field: str, message: str) -> ApiError:
@@ -169,19 +158,16 @@ class StrictBody(MsgspecDTO[T]):
         return schema
 
 
-def _body(status: int, code: str, message: str, details: list[FieldError]) -> dict[str, Any]:
-    return {
-        "error": {
-            "code": code,
-            "message": message,
-            "details": [{"field": d.field, "message": d.message} for d in details],
-        }
-    }
+def _body(
+    status: int, code: str, message: str, details: list[FieldError], current: int | None = None
+) -> ErrorResponse:
+    version = msgspec.UNSET if current is None else current
+    return error_response(status, message, code=code, details=details, current_version=version)
 
 
 def api_error_handler(_: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
     return Response(
-        _body(exc.status, exc.code, exc.message, exc.details),
+        _body(exc.status, exc.code, exc.message, exc.details, exc.current_version),
         status_code=exc.status,
         media_type=MediaType.JSON,
         headers=exc.headers,
@@ -215,7 +201,7 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
         message = f"{request.method} is not allowed on {request.url.path}"
     elif isinstance(exc, NotAuthorizedException | PermissionDeniedException):
         pass
-    code = _STATUS_CODES.get(status, "error")
+    code = status_code_name(status)
     headers = dict(exc.headers or {})
     return Response(
         _body(status, code, message, details),

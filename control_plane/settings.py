@@ -7,8 +7,9 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared.wire.body import MAX_BODY_BYTES
+
 DEFAULT_DATABASE_URL = "sqlite:///" + str(Path(".vane") / "vane.db")
-MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,13 @@ class Settings:
     admin_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (CORS)
     rate_limit_per_s: float = 0.0  # requests per second per API key; 0 = off
     rate_limit_burst: int = 0  # bucket size; 0 = one second's worth
+    schedule_poll_s: float = 1.0  # look for due scheduled changes this often
+    webhook_poll_s: float = 0.5  # look for webhook events to fan out and deliveries due
+    webhook_timeout_s: float = 10.0  # one delivery attempt, connect to last byte
+    webhook_max_attempts: int = 8  # then the delivery is marked failed (redeliver restarts it)
+    webhook_backoff_s: float = 5.0  # first retry within this; doubles per attempt (full jitter)
+    webhook_backoff_cap_s: float = 3600.0  # no retry waits longer than this
+    webhook_private: str = "none"  # private addresses webhooks may reach: none | loopback | all
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -41,6 +49,13 @@ class Settings:
             ),
             rate_limit_per_s=float(env.get("VANE_RATE_LIMIT") or 0),
             rate_limit_burst=int(env.get("VANE_RATE_BURST") or 0),
+            schedule_poll_s=float(env.get("VANE_SCHEDULE_POLL_S") or 1.0),
+            webhook_poll_s=float(env.get("VANE_WEBHOOK_POLL_S") or 0.5),
+            webhook_timeout_s=float(env.get("VANE_WEBHOOK_TIMEOUT_S") or 10.0),
+            webhook_max_attempts=max(1, int(env.get("VANE_WEBHOOK_MAX_ATTEMPTS") or 8)),
+            webhook_backoff_s=float(env.get("VANE_WEBHOOK_BACKOFF_S") or 5.0),
+            webhook_backoff_cap_s=float(env.get("VANE_WEBHOOK_BACKOFF_CAP_S") or 3600.0),
+            webhook_private=_private(env.get("VANE_WEBHOOK_PRIVATE")),
         )
 
 
@@ -53,3 +68,13 @@ def _prior(value: str | None) -> float | None:
     if prior <= 0:
         raise ValueError("VANE_BAYESIAN_PRIOR_SD must be positive, or 'flat'")
     return prior
+
+
+PRIVATE_CHOICES = ("none", "loopback", "all")
+
+
+def _private(value: str | None) -> str:
+    choice = (value or "none").strip().lower()
+    if choice not in PRIVATE_CHOICES:
+        raise ValueError("VANE_WEBHOOK_PRIVATE must be one of none, loopback, all")
+    return choice

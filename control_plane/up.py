@@ -27,6 +27,7 @@ from control_plane.bootstrap import IssuedKey
 from control_plane.db.engine import make_async_engine
 from control_plane.domain.keys import schemas as key_schemas
 from control_plane.domain.keys import services as keys
+from control_plane.oneshot import in_project
 
 KEYS_FILE = Path(".vane/first-keys.json")
 LOG_DIR = Path(".vane/logs")
@@ -63,8 +64,6 @@ def known_keys(url: str) -> dict[str, dict[str, str | None]]:
 def ensure_relay_key(url: str, saved: dict[str, dict[str, str | None]]) -> str:
     if "relay" in saved and saved["relay"]["token"]:
         return str(saved["relay"]["token"])
-    from control_plane.cli import in_project
-
     created = asyncio.run(
         in_project(
             "default",
@@ -150,6 +149,7 @@ def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
     control_plane = _spawn(
         [
             python,
+            "-P",
             "-m",
             "control_plane.cli",
             "control-plane",
@@ -166,8 +166,8 @@ def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
         relay = _spawn(
             [
                 python,
+                "-P",  # the working directory stays off sys.path: a `relay/` there is not us
                 "-m",
-                "control_plane.cli",
                 "relay",
                 "--upstream",
                 cp_url,

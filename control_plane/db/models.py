@@ -54,6 +54,7 @@ class Environment(Base):
     name: Mapped[str] = mapped_column(String(200))
     # Bumped in the same transaction as every change to what the environment serves.
     snapshot_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # of its record
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
@@ -227,6 +228,8 @@ class Metric(Base):
     # (absolute) or at that percentile of the pooled units (percentile, 0 < value < 1)
     capping: Mapped[str | None] = mapped_column(String(16), nullable=True)
     capping_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    currency: Mapped[str | None] = mapped_column(String(3), nullable=True)  # sum/mean: only it
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -240,6 +243,7 @@ class Experiment(Base):
     key: Mapped[str] = mapped_column(String(128))
     name: Mapped[str] = mapped_column(String(200))
     type: Mapped[str] = mapped_column(String(16))  # element | cta | manual
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
     url: Mapped[str] = mapped_column(Text, default="*")
     selector: Mapped[str | None] = mapped_column(Text, nullable=True)
     goal: Mapped[str] = mapped_column(String(200))
@@ -306,3 +310,101 @@ class FlagMetric(Base):
         ForeignKey("metrics.id", ondelete="RESTRICT"), primary_key=True
     )
     position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ScheduledChange(Base):
+    """A toggle or rollout step to carry out at ``at``. ``status`` is the claim: the replica that
+    moves it from ``pending`` (a conditional UPDATE in the same transaction as the change) is the
+    only one that carries it out."""
+
+    __tablename__ = "scheduled_changes"
+    __table_args__ = (
+        Index("ix_scheduled_changes_due", "status", "at"),
+        Index("ix_scheduled_changes_flag", "flag_id", "environment_id", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    flag_id: Mapped[str] = mapped_column(ForeignKey("flags.id", ondelete="CASCADE"))
+    environment_id: Mapped[str] = mapped_column(ForeignKey("environments.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    kind: Mapped[str] = mapped_column(String(16))  # toggle | rollout
+    enabled: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    fallthrough: Mapped[Any] = mapped_column(Json, nullable=True)
+    status: Mapped[str] = mapped_column(
+        String(16), default="pending"
+    )  # pending|done|failed|cancelled
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_by_key_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    created_by: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_by: Mapped[str | None] = mapped_column(String(64), nullable=True)  # replica id
+
+
+class Webhook(Base):
+    __tablename__ = "webhooks"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[str]] = mapped_column(Json, default=list)  # type names or patterns
+    secret: Mapped[str] = mapped_column(String(200))  # needed to sign; never answered
+    description: Mapped[str] = mapped_column(String(500), default="")
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # If-Match
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class OutboxEvent(Base):
+    """A change or decision to notify, written in the transaction that made it (the outbox).
+    ``dispatched_at`` is the claim of the fan-out into one delivery per matching webhook."""
+
+    __tablename__ = "outbox_events"
+    __table_args__ = (Index("ix_outbox_events_pending", "dispatched_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # sortable: oldest first
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    type: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    data: Mapped[Any] = mapped_column(Json, nullable=True)
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class WebhookDelivery(Base):
+    """One event for one webhook: its id is the ``id`` the receiver de-duplicates on; retried
+    until delivered or out of attempts. ``lease_until`` is the claim of the replica sending it."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "event_id"),
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_webhook", "webhook_id", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(ForeignKey("outbox_events.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|delivered|failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    last_status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    log: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)  # one entry per attempt
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ExperimentDecision(Base):
+    """A decision already announced (a winner, a failed SRM check), so each is sent once."""
+
+    __tablename__ = "experiment_decisions"
+    __table_args__ = (PrimaryKeyConstraint("experiment_id", "kind", "value"),)
+
+    experiment_id: Mapped[str] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # winner | srm
+    value: Mapped[str] = mapped_column(String(128))
+    decided_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute
 
 from control_plane.auth import Principal
 from control_plane.db.ids import new_id
-from control_plane.db.models import AuditEntry, Environment
-from control_plane.errors import not_found
-
-CHANGED_ENVIRONMENTS = "vane.changed_environments"
+from control_plane.db.models import AuditEntry, Base, Environment
+from control_plane.domain.webhooks import outbox
+from control_plane.errors import not_found, stale_version
+from control_plane.publishing.publisher import Change, Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +36,45 @@ CLI_ACTOR = Actor(None, "cli")
 
 @dataclass(slots=True)
 class Scope:
-    """One request's unit of work: the session (one transaction), the project and the actor."""
+    """One request's unit of work: the session (one transaction), the project, the actor, and
+    what the transaction changes in the snapshots (published after the commit)."""
 
     session: AsyncSession
     project_id: str
     actor: Actor
     bayesian_prior_sd: float | None = 0.3
+    if_match: str | None = None  # the write's If-Match header, as sent
+    change: Change = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.change = Change(self.project_id)
+
+    async def expect_version(
+        self,
+        entity: type[Base],
+        version: InstrumentedAttribute[int],
+        current: int,
+        *where: ColumnElement[bool],
+    ) -> None:
+        """Optimistic concurrency: with ``If-Match``, go on only while the row (``where``) is at
+        the version named there, else 412 with the current version and nothing written.
+
+        The comparison is an UPDATE of the row to itself, so it also locks the row until the
+        transaction ends: of two writers naming the same version, the second waits, finds the
+        version moved on, and is refused (SQLite serialises writers with BEGIN IMMEDIATE)."""
+        if self.if_match is None:
+            return
+        wanted = {tag.strip().removeprefix("W/").strip('"') for tag in self.if_match.split(",")}
+        if "*" in wanted:
+            return
+        if str(current) in wanted:
+            held = await self.session.execute(
+                update(entity).where(*where, version == current).values({version.key: version})
+            )
+            if held.rowcount == 1:  # type: ignore[attr-defined]
+                return
+            current = int(await self.session.scalar(select(version).where(*where)) or current)
+        raise stale_version(current)
 
     def audit(
         self,
@@ -52,19 +86,31 @@ class Scope:
         after: Any = None,
         environment: str | None = None,
     ) -> None:
-        self.session.add(
-            AuditEntry(
-                id=new_id("aud"),
-                project_id=self.project_id,
-                actor_key_id=self.actor.key_id,
-                actor=self.actor.label,
-                action=action,
-                resource_type=resource_type,
-                resource_key=resource_key,
-                environment=environment,
-                before=to_json(before),
-                after=to_json(after),
-            )
+        """Record the change, and (same transaction) its webhook event: ``webhooks/outbox.py``."""
+        entry = AuditEntry(
+            id=new_id("aud"),
+            project_id=self.project_id,
+            actor_key_id=self.actor.key_id,
+            actor=self.actor.label,
+            action=action,
+            resource_type=resource_type,
+            resource_key=resource_key,
+            environment=environment,
+            before=to_json(before),
+            after=to_json(after),
+        )
+        self.session.add(entry)
+        outbox.emit_audited(
+            self.session,
+            self.project_id,
+            audit_id=entry.id,
+            action=action,
+            actor=entry.actor,
+            resource_type=resource_type,
+            resource_key=resource_key,
+            environment=environment,
+            before=entry.before,
+            after=entry.after,
         )
 
     async def environments(self) -> list[Environment]:
@@ -85,8 +131,17 @@ class Scope:
             raise not_found("environment", key)
         return env
 
-    async def changed(self, environment_ids: Iterable[str]) -> None:
-        """Bump the snapshot version of environments whose served state this change alters."""
+    async def changed(
+        self,
+        environment_ids: Iterable[str],
+        *,
+        flags: Iterable[str] = (),
+        segments: Iterable[str] = (),
+        reason: Reason | None = None,
+    ) -> None:
+        """Bump the snapshot version of environments whose served state this change alters, and
+        note what it alters there (these flags, these segments, or a ``reason``; nothing named:
+        the whole environment) for the publisher."""
         ids = sorted(set(environment_ids))
         if not ids:
             return
@@ -95,8 +150,7 @@ class Scope:
             .where(Environment.id.in_(ids))
             .values(snapshot_version=Environment.snapshot_version + 1)
         )
-        pending: set[str] = self.session.info.setdefault(CHANGED_ENVIRONMENTS, set())
-        pending.update(ids)
+        self.change.add(ids, flags=flags, segments=segments, reason=reason)
 
 
 def percent(units: int) -> float | int:

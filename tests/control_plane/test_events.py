@@ -194,7 +194,7 @@ def test_who_may_send_and_read(api: Api) -> None:
 
 def test_listing_filters_and_pages(api: Api) -> None:
     base = 1_750_000_000_000
-    events = [
+    events: list[dict[str, Any]] = [
         {
             "unit": f"u{i % 3}",
             "event": "view" if i % 2 else "click",

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import Api
 
-MULTI = {
+MULTI: dict[str, Any] = {
     "key": "checkout-flow",
     "name": "Checkout flow",
     "type": "string",

@@ -231,7 +231,7 @@ def test_revenue_flow_results_match_scipy_on_raw_events(api: Api) -> None:
         ).json()["variant"]
     time.sleep(0.01)
     now = int(time.time() * 1000)
-    events = []
+    events: list[dict[str, Any]] = []
     for i, (unit, variant) in enumerate(assigned.items()):
         buys = rng.random() < (0.45 if variant == "treatment" else 0.25)
         if buys:

@@ -24,3 +24,4 @@ class AuditEntry(ApiOut):
 class AuditList(ApiOut):
     entries: list[AuditEntry]
     next_cursor: str | None
+    has_more: bool = False

@@ -70,4 +70,5 @@ async def entries(
             for r in rows
         ],
         next_cursor=rows[-1].id if more and rows else None,
+        has_more=more,
     )

@@ -2,12 +2,26 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from msgspec import UNSET, UnsetType
+
 from control_plane.domain.schemas import ApiIn, ApiOut
 
 
 class EnvironmentCreate(ApiIn):
     key: str
     name: str | None = None
+    copy_from: str | None = None  # an environment whose flag settings, rules and targets to copy
+
+
+class EnvironmentPatch(ApiIn):
+    key: str | UnsetType = UNSET  # rename: keys bound to the environment stay bound
+    name: str | UnsetType = UNSET
+
+
+class EnvironmentDeleted(ApiOut):
+    key: str
+    deleted: bool
+    revoked_keys: list[str]
 
 
 class Environment(ApiOut):
@@ -15,9 +29,12 @@ class Environment(ApiOut):
     key: str
     name: str
     snapshot_version: int
+    version: int
     created_at: datetime
 
 
 class EnvironmentList(ApiOut):
     environments: list[Environment]
-    count: int
+    count: int  # items on this page
+    next_cursor: str | None = None
+    has_more: bool = False

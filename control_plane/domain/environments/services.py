@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import copy
+
+import msgspec
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from control_plane.db.ids import new_id
-from control_plane.db.models import Environment, Flag, FlagSetting
-from control_plane.domain.common import Scope
+from control_plane.db.models import ApiKey, Environment, Flag, FlagSetting
+from control_plane.db.types import utcnow
+from control_plane.domain.common import Scope, to_json
 from control_plane.domain.environments import schemas as s
 from control_plane.domain.flags import validation as v
+from control_plane.domain.keys.services import revoke_key
+from control_plane.domain.paging import Page, paged
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
 
@@ -20,12 +26,27 @@ def environment_out(env: Environment) -> s.Environment:
         key=env.key,
         name=env.name,
         snapshot_version=env.snapshot_version,
+        version=env.version,
         created_at=env.created_at,
     )
 
 
-async def list_environments(scope: Scope) -> list[s.Environment]:
-    return [environment_out(e) for e in await scope.environments()]
+async def list_environments(scope: Scope, *, limit: int, cursor: str | None) -> Page[s.Environment]:
+    """Environments in creation order (ids sort by time)."""
+
+    async def convert(rows: list[Environment]) -> list[s.Environment]:
+        return [environment_out(e) for e in rows]
+
+    query = select(Environment).where(Environment.project_id == scope.project_id)
+    return await paged(
+        scope,
+        query,
+        Environment.id,
+        list_name="environments",
+        limit=limit,
+        cursor=cursor,
+        convert=convert,
+    )
 
 
 async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Environment:
@@ -33,15 +54,63 @@ async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Envir
     v.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key.title()
     v.check_name(problems, "name", name)
+    source = await scope.environment(body.copy_from) if body.copy_from is not None else None
     problems.raise_if_any()
     env = Environment(
-        id=new_id("env"), project_id=scope.project_id, key=body.key, name=name, snapshot_version=0
+        id=new_id("env"),
+        project_id=scope.project_id,
+        key=body.key,
+        name=name,
+        snapshot_version=0,
+        version=1,
     )
     scope.session.add(env)
     try:
         await scope.session.flush()
     except IntegrityError as exc:
         raise conflict(f"an environment with key {body.key!r} already exists") from exc
+    if source is not None:
+        await _copy_settings(scope, source, env)
+    else:
+        await _default_settings(scope, env)
+    await scope.session.flush()
+    await scope.changed([env.id])
+    await scope.session.refresh(env)
+    out = environment_out(env)
+    scope.audit(
+        "environment.create",
+        "environment",
+        env.key,
+        after={**to_json(out), "copyFrom": source.key if source else None},
+    )
+    return out
+
+
+async def _copy_settings(scope: Scope, source: Environment, env: Environment) -> None:
+    """Every flag's settings, rules, targets and prerequisites as ``source`` has them (rule ids
+    too: a rule is the same rule in both), so the new environment serves exactly what ``source``
+    serves."""
+    now = utcnow()
+    for setting in await scope.session.scalars(
+        select(FlagSetting).where(FlagSetting.environment_id == source.id)
+    ):
+        scope.session.add(
+            FlagSetting(
+                flag_id=setting.flag_id,
+                environment_id=env.id,
+                enabled=setting.enabled,
+                off_variation=setting.off_variation,
+                fallthrough=copy.deepcopy(setting.fallthrough),
+                rules=copy.deepcopy(setting.rules),
+                targets=copy.deepcopy(setting.targets),
+                prerequisites=copy.deepcopy(setting.prerequisites),
+                version=1,
+                updated_at=now,
+            )
+        )
+
+
+async def _default_settings(scope: Scope, env: Environment) -> None:
     flags = await scope.session.scalars(select(Flag).where(Flag.project_id == scope.project_id))
     for flag in flags:
         variations = [w.Variation(x["idx"], x["value"], x.get("name", "")) for x in flag.variations]
@@ -59,9 +128,76 @@ async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Envir
                 version=1,
             )
         )
+
+
+async def get_environment(scope: Scope, key: str) -> s.Environment:
+    return environment_out(await scope.environment(key))
+
+
+async def _expect(scope: Scope, env: Environment) -> None:
+    await scope.expect_version(
+        Environment, Environment.version, env.version, Environment.id == env.id
+    )
+
+
+async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) -> s.Environment:
+    env = await scope.environment(key)
+    await _expect(scope, env)
+    problems = v.Problems()
+    if body.key is not msgspec.UNSET:
+        v.check_key(problems, "key", body.key)
+    if body.name is not msgspec.UNSET:
+        v.check_name(problems, "name", body.name)
+    problems.raise_if_any()
+    before = environment_out(env)
+    renamed = body.key is not msgspec.UNSET and body.key != env.key
+    if body.key is not msgspec.UNSET:
+        env.key = body.key
+    if body.name is not msgspec.UNSET:
+        env.name = body.name
+    if (env.key, env.name) == (before.key, before.name):
+        return before
+    env.version += 1
+    wanted = env.key
+    try:
+        await scope.session.flush()
+    except IntegrityError as exc:
+        raise conflict(f"an environment with key {wanted!r} already exists") from exc
+    if renamed:
+        await scope.changed([env.id])  # the snapshot names its environment
+        await scope.session.refresh(env)
+    after = environment_out(env)
+    action = "environment.rename" if renamed else "environment.update"
+    scope.audit(action, "environment", env.key, before=before, after=after)
+    return after
+
+
+async def delete_environment(scope: Scope, key: str, *, revoke_keys: bool) -> s.EnvironmentDeleted:
+    """Delete an environment and its flag settings: 409 while live keys are bound to it, unless
+    ``revoke_keys`` (they are revoked, then removed with it), and for the project's last one."""
+    env = await scope.environment(key)
+    await _expect(scope, env)
+    bound = list(
+        await scope.session.scalars(
+            select(ApiKey)
+            .where(ApiKey.environment_id == env.id, ApiKey.revoked_at.is_(None))
+            .order_by(ApiKey.id)
+        )
+    )
+    if bound and not revoke_keys:
+        raise conflict(
+            f"{len(bound)} key(s) are bound to environment {key!r} "
+            f"({', '.join(k.id for k in bound)}): revoke them, or delete with ?revokeKeys=true"
+        )
+    if len(await scope.environments()) == 1:
+        raise conflict(f"environment {key!r} is the project's last one")
+    before = environment_out(env)
+    for api_key in bound:
+        await revoke_key(scope, api_key.id)
+    await scope.session.execute(delete(FlagSetting).where(FlagSetting.environment_id == env.id))
+    await scope.session.execute(delete(ApiKey).where(ApiKey.environment_id == env.id))
+    await scope.session.delete(env)
     await scope.session.flush()
-    await scope.changed([env.id])
-    await scope.session.refresh(env)
-    out = environment_out(env)
-    scope.audit("environment.create", "environment", env.key, after=out)
-    return out
+    scope.change.discard(env.id)  # nothing left to publish for it
+    scope.audit("environment.delete", "environment", key, before=before)
+    return s.EnvironmentDeleted(key=key, deleted=True, revoked_keys=[k.id for k in bound])

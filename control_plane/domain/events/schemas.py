@@ -36,6 +36,7 @@ class EventOut(ApiOut):
 class EventPage(ApiOut):
     events: list[EventOut]
     next_cursor: str | None
+    has_more: bool = False
 
 
 class EventStat(ApiOut):

@@ -181,6 +181,7 @@ async def list_events(
     return s.EventPage(
         events=[_event_out(r) for r in rows],
         next_cursor=f"{rows[-1].ts}:{rows[-1].event_id}" if more and rows else None,
+        has_more=more,
     )
 
 

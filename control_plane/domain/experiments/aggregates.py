@@ -79,6 +79,7 @@ class MetricSpec:
     cap: float | None = None  # sum and mean: each unit's y (and CUPED x) is at most this
     # sum and mean: cap at this percentile of the pooled units, resolved by ``arm_moments``
     percentile: float | None = None
+    currency: str | None = None  # sum and mean: only events in this currency count
 
 
 def capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
@@ -114,7 +115,9 @@ def _per_unit(
     """(y, z, converted) per unit for ``metric`` over the joined events where ``during`` holds;
     ``only_event``: every joined event has the metric's name (no per-row name test)."""
     matches = during if only_event else and_(Event.event == metric.event, during)
-    if only_event and during is _ALWAYS:  # every joined row counts: no CASE per row
+    if metric.currency is not None:  # events in another currency, or none, are left out
+        matches = and_(matches, Event.currency == metric.currency)
+    if only_event and during is _ALWAYS and metric.currency is None:  # no CASE per row
         count: ColumnElement[Any] = func.count()
         total: ColumnElement[Any] = value_sum(dialect, func.coalesce(Event.value, 0))
         converted: ColumnElement[Any] = func.max(1)
@@ -252,9 +255,26 @@ def _planner() -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class UnitSample:
+    """Unit ranges of about equal size, and the sample's estimate of the subject's exposed units
+    (``None`` when nothing was sampled)."""
+
+    ranges: list[tuple[str | None, str | None]]
+    estimated: float | None
+
+
 async def unit_ranges(
     session: AsyncSession, project_id: str, kind: str, subject: str
 ) -> list[tuple[str | None, str | None]]:
+    """Half-open unit ranges holding about equal numbers of the subject's exposed units (see
+    :func:`sample_units`)."""
+    return (await sample_units(session, project_id, kind, subject)).ranges
+
+
+async def sample_units(
+    session: AsyncSession, project_id: str, kind: str, subject: str
+) -> UnitSample:
     """Half-open unit ranges holding about equal numbers of the subject's exposed units.
 
     The cuts are quantiles of a page sample of ``exposures`` (``TABLESAMPLE SYSTEM``, ~20k rows
@@ -263,7 +283,7 @@ async def unit_ranges(
     balance the work; any cuts give the same sums.
     """
     if _partitions() == 1:
-        return [(None, None)]
+        return UnitSample([(None, None)], None)
     table_rows = await session.scalar(
         text("SELECT reltuples FROM pg_class WHERE oid = 'exposures'::regclass")
     )
@@ -289,7 +309,7 @@ async def unit_ranges(
         if not cuts or cut > cuts[-1]:
             cuts.append(cut)
     bounds: list[str | None] = [None, *cuts, None]
-    return list(itertools.pairwise(bounds))
+    return UnitSample(list(itertools.pairwise(bounds)), estimated if sample else None)
 
 
 async def postgres_all(engine: AsyncEngine, statements: Sequence[Executable]) -> list[list[Any]]:
@@ -332,14 +352,7 @@ async def arm_moments(
     engine = session.bind
     postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
     if any(m.percentile is not None for m in metrics) and (cuped or not postgres):
-        resolved = []
-        for m in metrics:
-            if m.percentile is not None:
-                cap = await percentile_cap(session, project_id, kind, subject, m, m.percentile)
-                caps[m.key] = cap
-                m = replace(m, cap=cap, percentile=None)
-            resolved.append(m)
-        metrics = resolved
+        return await _resolve_caps_first(session, project_id, kind, subject, metrics, cuped, caps)
     for m in metrics:
         if m.percentile is None and m.cap is not None:
             caps.setdefault(m.key, m.cap)
@@ -352,76 +365,111 @@ async def arm_moments(
         )
         .group_by(Exposure.arm)
     )
-    if postgres:
-        assert isinstance(engine, AsyncEngine)
-        # percentile caps: how many of the largest values decide each (see percentile_cap);
-        # that needs the unit count first, counted while the unit ranges are sampled
-        deferred = {m.key: m.percentile for m in metrics if m.percentile is not None}
-        counted: list[Any] | None = None
-        if deferred:
-            (counted,), ranges = await asyncio.gather(
-                postgres_all(engine, [per_arm]), unit_ranges(session, project_id, kind, subject)
+    if isinstance(engine, AsyncEngine) and postgres:
+        summed = await _postgres_sums(
+            engine, session, project_id, kind, subject, metrics, cuped, caps, per_arm
+        )
+        if summed is None:  # the sample's estimate fell short of a percentile's need (rare)
+            return await _resolve_caps_first(
+                session, project_id, kind, subject, metrics, cuped, caps
             )
-        else:
-            ranges = await unit_ranges(session, project_id, kind, subject)
-        by_event: dict[str, list[MetricSpec]] = {}
-        for metric in metrics:
-            by_event.setdefault(metric.event, []).append(metric)
-        work = [(group, units) for group in by_event.values() for units in ranges]
-        exposed_total = sum(int(row["n"]) for row in counted or [])
-        largest = {
-            key: exposed_total - max(1, math.ceil(round(p * exposed_total, 9))) + 1
-            for key, p in deferred.items()
-            if exposed_total > 0
-        }
-
-        def statement(group: list[MetricSpec], units: tuple[str | None, str | None]) -> Any:
-            rows, shapes = _unit_rows(project_id, kind, subject, group, cuped, "postgresql", units)
-            tops = {i: largest[m.key] for i, m in enumerate(group) if m.key in largest}
-            return _sums_and_largest(rows, shapes, tops) if tops else _arm_sums(rows, shapes)
-
-        statements = [statement(group, units) for group, units in work]
-        if counted is None:  # the unit counts, at once with the sums
-            counted, *parts = await postgres_all(engine, [per_arm, *statements])
-        else:
-            parts = await postgres_all(engine, statements)
-        counts = {row["arm"]: int(row["n"]) for row in counted}
-        # back to one row per arm, named by the metric's position in ``metrics``
-        position = {id(m): i for i, m in enumerate(metrics)}
-        sums: dict[str, dict[str, Any]] = {}
-        top_values: dict[int, list[tuple[str, float, float]]] = {}
-        for (group, _), rows in zip(work, parts, strict=True):
-            for row in rows:
-                if row.get("part") == "top":
-                    metric = group[int(row["sc0"])]
-                    top_values.setdefault(position[id(metric)], []).append(
-                        (row["arm"], float(row["sy0"]), float(row["syy0"] or 0.0))
-                    )
-                    continue
-                into = sums.setdefault(row["arm"], {})
-                for local, metric in enumerate(group):
-                    for name in _SUMS:
-                        value = row.get(f"{name}{local}")
-                        if value is not None:
-                            key = f"{name}{position[id(metric)]}"
-                            into[key] = float(into.get(key, 0)) + float(value)
-        for index, metric in enumerate(metrics):
-            if metric.key in deferred:
-                caps[metric.key] = _cap_from_largest(
-                    top_values.get(index, []), largest.get(metric.key), sums, index
-                )
-        shapes = [_Shape(m.key, m.aggregation == "mean", cuped) for m in metrics]
+        counts, sums = summed
     else:
         counts = {arm: int(n) for arm, n in (await session.execute(per_arm)).all()}
         unit_rows, shapes = _unit_rows(project_id, kind, subject, metrics, cuped, "sqlite")
         result = await session.execute(_arm_sums(unit_rows, shapes))
         sums = {row["arm"]: dict(row) for row in result.mappings()}
+    shapes = [_Shape(m.key, m.aggregation == "mean", cuped) for m in metrics]
+    return _aggregates(counts, sums, shapes)
+
+
+async def _postgres_sums(
+    engine: AsyncEngine,
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    metrics: Sequence[MetricSpec],
+    cuped: bool,
+    caps: dict[str, float | None],
+    per_arm: Select[str, int],
+) -> tuple[dict[str, int], dict[str, dict[str, Any]]] | None:
+    """Units per arm and the sums per arm (keys named by the metric's position in ``metrics``),
+    from (event name, unit range) queries run at once; ``None`` when a percentile cap must be
+    resolved first.
+
+    A percentile cap needs the j largest per-unit values, and j the unit count, which is counted
+    at once with the sums: each range returns a few more than the sample's estimate asks for,
+    and an estimate that fell short is caught here."""
+    deferred = {m.key: m.percentile for m in metrics if m.percentile is not None}
+    sampled = await sample_units(session, project_id, kind, subject)
+    if deferred and sampled.estimated is None:
+        return None
+    estimated = math.ceil((sampled.estimated or 0.0) * _ESTIMATE_MARGIN)
+    fetched = {key: _largest_count(p, estimated) + _ESTIMATE_SLACK for key, p in deferred.items()}
+    by_event: dict[str, list[MetricSpec]] = {}
+    for metric in metrics:
+        by_event.setdefault(metric.event, []).append(metric)
+    work = [(group, units) for group in by_event.values() for units in sampled.ranges]
+
+    def statement(group: list[MetricSpec], units: tuple[str | None, str | None]) -> Any:
+        rows, shapes = _unit_rows(project_id, kind, subject, group, cuped, "postgresql", units)
+        tops = {i: fetched[m.key] for i, m in enumerate(group) if m.key in fetched}
+        return _sums_and_largest(rows, shapes, tops) if tops else _arm_sums(rows, shapes)
+
+    counted, *parts = await postgres_all(
+        engine, [per_arm, *(statement(group, units) for group, units in work)]
+    )
+    exposed_total = sum(int(row["n"]) for row in counted)
+    largest = {
+        key: _largest_count(p, exposed_total) for key, p in deferred.items() if exposed_total
+    }
+    if any(largest[key] > fetched[key] for key in largest):
+        return None
+    sums, top_values = _merge_parts(metrics, [group for group, _ in work], parts)
+    for index, metric in enumerate(metrics):
+        if metric.key in deferred:
+            caps[metric.key] = _cap_from_largest(
+                top_values.get(index, []), largest.get(metric.key), sums, index
+            )
+    return {row["arm"]: int(row["n"]) for row in counted}, sums
+
+
+def _merge_parts(
+    metrics: Sequence[MetricSpec], groups: Sequence[list[MetricSpec]], parts: Sequence[list[Any]]
+) -> tuple[dict[str, dict[str, Any]], dict[int, list[tuple[str, float, float]]]]:
+    """The queries' rows added up into one row per arm, each sum named by its metric's position
+    in ``metrics``; and the (arm, y, z) of the largest values that ``top`` rows carry."""
+    position = {id(m): i for i, m in enumerate(metrics)}
+    sums: dict[str, dict[str, Any]] = {}
+    top_values: dict[int, list[tuple[str, float, float]]] = {}
+    for group, rows in zip(groups, parts, strict=True):
+        for row in rows:
+            if row.get("part") == "top":
+                metric = group[int(row["sc0"])]
+                top_values.setdefault(position[id(metric)], []).append(
+                    (row["arm"], float(row["sy0"]), float(row["syy0"] or 0.0))
+                )
+                continue
+            into = sums.setdefault(row["arm"], {})
+            for local, metric in enumerate(group):
+                for name in _SUMS:
+                    value = row.get(f"{name}{local}")
+                    if value is not None:
+                        key = f"{name}{position[id(metric)]}"
+                        into[key] = float(into.get(key, 0)) + float(value)
+    return sums, top_values
+
+
+def _aggregates(
+    counts: Mapping[str, int], sums: Mapping[str, Mapping[str, Any]], shapes: Sequence[_Shape]
+) -> dict[str, dict[str, ArmAggregate]]:
     aggregates: dict[str, dict[str, ArmAggregate]] = {shape.key: {} for shape in shapes}
     for arm, exposed in counts.items():
         row = sums.get(arm, {})
         for index, shape in enumerate(shapes):
 
-            def get(name: str, row: dict[str, Any] = row, index: int = index) -> float:
+            def get(name: str, row: Mapping[str, Any] = row, index: int = index) -> float:
                 return float(row.get(f"{name}{index}") or 0.0)
 
             aggregates[shape.key][arm] = ArmAggregate(
@@ -439,6 +487,37 @@ async def arm_moments(
                 ),
             )
     return aggregates
+
+
+# how far above the sample's estimate of the exposed units the top-j fetch reaches
+_ESTIMATE_MARGIN = 1.25
+_ESTIMATE_SLACK = 100
+
+
+def _largest_count(percentile: float, total: int) -> int:
+    """How many of ``total`` units lie at or above the nearest-rank ``percentile``:
+    j = N - k + 1 with k = ceil(percentile · N) (see :func:`percentile_cap`)."""
+    return total - max(1, math.ceil(round(percentile * total, 9))) + 1
+
+
+async def _resolve_caps_first(
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    metrics: Sequence[MetricSpec],
+    cuped: bool,
+    caps: dict[str, float | None],
+) -> dict[str, dict[str, ArmAggregate]]:
+    """:func:`arm_moments` with each percentile cap resolved by its own pass first."""
+    resolved = []
+    for m in metrics:
+        if m.percentile is not None:
+            cap = await percentile_cap(session, project_id, kind, subject, m, m.percentile)
+            caps[m.key] = cap
+            m = replace(m, cap=cap, percentile=None)
+        resolved.append(m)
+    return await arm_moments(session, project_id, kind, subject, resolved, cuped=cuped, caps=caps)
 
 
 def _cap_from_largest(

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from litestar import Controller, Request, get, post, put
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar import Controller, Request, delete, get, patch, post, put
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import ALSO_KEYS, KeyKind, Principal, requires
-from control_plane.deps import Ctx
+from control_plane.deps import Ctx, IfMatch
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments import services
+from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.errors import ApiError, StrictBody
 
 
@@ -19,10 +20,29 @@ class ExperimentController(Controller):
     tags = ["experiments"]
     guards = [requires(KeyKind.MANAGEMENT)]
 
-    @get("/", summary="Every experiment of the project with status, goal, selector and variants")
-    async def list_experiments(self, ctx: Ctx) -> s.ExperimentList:
-        experiments = await services.list_experiments(ctx)
-        return s.ExperimentList(experiments=experiments, count=len(experiments))
+    @get(
+        "/",
+        summary="The project's experiments with status, goal, selector and variants, a page at a time",
+        description="Oldest first. `q`: part of the key or name (case-insensitive).",
+    )
+    async def list_experiments(
+        self,
+        ctx: Ctx,
+        limit: Limit = DEFAULT_LIMIT,
+        cursor: Cursor = None,
+        status: FromQuery[s.Status | None] = None,
+        type: FromQuery[s.ExperimentType | None] = None,
+        q: Annotated[str | None, QueryParameter(max_length=200)] = None,
+    ) -> s.ExperimentList:
+        found = await services.list_experiments(
+            ctx, status=status, type=type, q=q, limit=limit, cursor=cursor
+        )
+        return s.ExperimentList(
+            experiments=found.items,
+            count=len(found.items),
+            next_cursor=found.next_cursor,
+            has_more=found.has_more,
+        )
 
     @post(
         "/",
@@ -74,9 +94,40 @@ class ExperimentController(Controller):
         summary="Change an experiment's status (draft, running, stopped)",
     )
     async def set_status(
-        self, ctx: Ctx, id_or_key: FromPath[str], data: JSONBody[s.StatusIn]
+        self,
+        ctx: Ctx,
+        id_or_key: FromPath[str],
+        data: JSONBody[s.StatusIn],
+        if_match: IfMatch = None,
     ) -> s.Experiment:
         return await services.set_status(ctx, id_or_key, data)
+
+    @patch(
+        "/{id_or_key:str}",
+        dto=StrictBody[s.ExperimentPatch],
+        return_dto=None,
+        summary="Edit an experiment",
+        description="`name`, `description`, `statsEngine`, `cuped` at any time; `url`, "
+        "`selector`, `goal` and the variants' content only while no unit is exposed (409).",
+    )
+    async def patch_experiment(
+        self,
+        ctx: Ctx,
+        id_or_key: FromPath[str],
+        data: JSONBody[s.ExperimentPatch],
+        if_match: IfMatch = None,
+    ) -> s.Experiment:
+        return await services.patch_experiment(ctx, id_or_key, data)
+
+    @delete(
+        "/{id_or_key:str}",
+        status_code=200,
+        summary="Delete a draft or stopped experiment (and its exposures)",
+    )
+    async def delete_experiment(
+        self, ctx: Ctx, id_or_key: FromPath[str], if_match: IfMatch = None
+    ) -> s.ExperimentDeleted:
+        return await services.delete_experiment(ctx, id_or_key)
 
     @post(
         "/{key:str}/assign",
@@ -109,6 +160,10 @@ class ExperimentController(Controller):
         summary="Set the primary metric and guardrails (by metric key or id)",
     )
     async def set_metrics(
-        self, ctx: Ctx, id_or_key: FromPath[str], data: JSONBody[s.MetricsIn]
+        self,
+        ctx: Ctx,
+        id_or_key: FromPath[str],
+        data: JSONBody[s.MetricsIn],
+        if_match: IfMatch = None,
     ) -> s.MetricsSetting:
         return await services.set_metrics(ctx, id_or_key, data)

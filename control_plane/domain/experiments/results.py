@@ -58,6 +58,7 @@ class MetricDef:
     format: str = ""
     capping: str | None = None  # absolute | percentile
     capping_value: float | None = None
+    currency: str | None = None  # sum and mean: only events in this currency
 
     @classmethod
     def of(cls, row: Metric) -> MetricDef:
@@ -70,6 +71,7 @@ class MetricDef:
             row.format,
             row.capping,
             row.capping_value,
+            row.currency,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -85,6 +87,7 @@ class MetricDef:
                 if self.capping is not None and self.capping_value is not None
                 else None
             ),
+            "currency": self.currency,
         }
 
 
@@ -101,6 +104,7 @@ def metric_specs(metrics: Sequence[MetricDef]) -> list[MetricSpec]:
                 m.aggregation,
                 cap=m.capping_value if capped and m.capping == "absolute" else None,
                 percentile=m.capping_value if capped and m.capping == "percentile" else None,
+                currency=m.currency if m.aggregation in CAPPED else None,
             )
         )
     return specs

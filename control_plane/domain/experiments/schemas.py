@@ -26,6 +26,7 @@ class VariantIn(ApiIn):
 
 class ExperimentCreate(ApiIn):
     name: str
+    description: str = ""
     type: ExperimentType = "manual"
     key: str | None = None
     url: str = "*"
@@ -35,6 +36,36 @@ class ExperimentCreate(ApiIn):
     variants: list[VariantIn] | None = None
     activate: bool = True
     cuped: bool = False
+
+
+class VariantPatch(ApiIn):
+    """A variant's content, named by its key (variants are neither added nor removed)."""
+
+    key: str
+    content: str | UnsetType = UNSET
+    href: str | UnsetType | None = UNSET
+    bg: str | UnsetType | None = UNSET
+    color: str | UnsetType | None = UNSET
+
+
+class ExperimentPatch(ApiIn):
+    """``name``, ``description``, ``statsEngine`` and ``cuped`` change at any time; ``url``,
+    ``selector``, ``goal`` and the variants' content only while no unit is exposed."""
+
+    name: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    stats_engine: Engine | UnsetType = UNSET
+    cuped: bool | UnsetType = UNSET
+    url: str | UnsetType = UNSET
+    selector: str | UnsetType | None = UNSET
+    goal: str | UnsetType = UNSET
+    variants: list[VariantPatch] | UnsetType = UNSET
+
+
+class ExperimentDeleted(ApiOut):
+    id: str
+    key: str
+    deleted: bool
 
 
 class StatusIn(ApiIn):
@@ -66,6 +97,7 @@ class Experiment(ApiOut):
     id: str
     key: str
     name: str
+    description: str
     type: str
     status: str
     url: str
@@ -90,7 +122,9 @@ class ExperimentWithResults(Experiment):
 
 class ExperimentList(ApiOut):
     experiments: list[Experiment]
-    count: int
+    count: int  # items on this page
+    next_cursor: str | None = None
+    has_more: bool = False
 
 
 class Assignment(ApiOut):

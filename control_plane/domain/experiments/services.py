@@ -8,17 +8,18 @@ from dataclasses import replace
 from typing import Any
 
 import msgspec
-from sqlalchemy import func, or_, select
+from sqlalchemy import delete, func, or_, select
 
 from control_plane.db.ids import new_id
-from control_plane.db.models import Experiment, Exposure, Metric
+from control_plane.db.models import Experiment, Exposure, Metric, SequentialLook
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope, percent
-from control_plane.domain.experiments import exposures
+from control_plane.domain.experiments import decisions, exposures
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments.results import MetricDef
 from control_plane.domain.flags import validation as v
 from control_plane.domain.metrics.services import slugify, unique_key
+from control_plane.domain.paging import Page, paged
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
 from shared.engine.experiments import choose_variant, thresholds, url_matches
 from shared.wire.snapshot import WEIGHT_SCALE
@@ -85,6 +86,7 @@ async def experiment_out(scope: Scope, row: Experiment) -> s.Experiment:
         id=row.id,
         key=row.key,
         name=row.name,
+        description=row.description,
         type=row.type,
         status=row.status,
         url=row.url,
@@ -116,13 +118,42 @@ async def find(scope: Scope, id_or_key: str) -> Experiment:
     return row
 
 
-async def list_experiments(scope: Scope) -> list[s.Experiment]:
-    rows = await scope.session.scalars(
-        select(Experiment)
-        .where(Experiment.project_id == scope.project_id)
-        .order_by(Experiment.created_at, Experiment.key)
+async def list_experiments(
+    scope: Scope,
+    *,
+    status: s.Status | None,
+    type: s.ExperimentType | None,
+    q: str | None,
+    limit: int,
+    cursor: str | None,
+) -> Page[s.Experiment]:
+    """Experiments in creation order (ids sort by time)."""
+    query = select(Experiment).where(Experiment.project_id == scope.project_id)
+    if status is not None:
+        query = query.where(Experiment.status == status)
+    if type is not None:
+        query = query.where(Experiment.type == type)
+    if q:
+        needle = q.lower()
+        query = query.where(
+            or_(
+                func.lower(Experiment.key).contains(needle, autoescape=True),
+                func.lower(Experiment.name).contains(needle, autoescape=True),
+            )
+        )
+
+    async def convert(rows: list[Experiment]) -> list[s.Experiment]:
+        return [await experiment_out(scope, r) for r in rows]
+
+    return await paged(
+        scope,
+        query,
+        Experiment.id,
+        list_name="experiments",
+        limit=limit,
+        cursor=cursor,
+        convert=convert,
     )
-    return [await experiment_out(scope, r) for r in rows]
 
 
 def _variants(problems: v.Problems, body: s.ExperimentCreate) -> list[dict[str, Any]]:
@@ -204,6 +235,7 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
         project_id=scope.project_id,
         key=key,
         name=body.name,
+        description=body.description,
         type=body.type,
         url=body.url,
         selector=body.selector,
@@ -221,14 +253,133 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     scope.session.add(row)
     await scope.session.flush()
     if row.status == "running":
-        await scope.changed(e.id for e in await scope.environments())
+        await scope.changed((e.id for e in await scope.environments()), reason="experiments")
     out = await experiment_out(scope, row)
     scope.audit("experiment.create", "experiment", key, after=out)
     return out
 
 
+async def expect_current(scope: Scope, row: Experiment) -> None:
+    await scope.expect_version(Experiment, Experiment.version, row.version, Experiment.id == row.id)
+
+
+_PAGE_FIELDS = ("url", "selector", "goal", "variants")
+"""What decides what a unit sees or what counts: fixed once a unit is exposed."""
+
+
+async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch) -> s.Experiment:
+    row = await find(scope, id_or_key)
+    await expect_current(scope, row)
+    problems = v.Problems()
+    if body.name is not msgspec.UNSET:
+        v.check_name(problems, "name", body.name)
+    if body.description is not msgspec.UNSET and len(body.description) > 10_000:
+        problems.add("description", "at most 10000 characters")
+    if body.url is not msgspec.UNSET:
+        _check_url(problems, body.url)
+    selector = row.selector if body.selector is msgspec.UNSET else body.selector
+    if body.selector is not msgspec.UNSET:
+        if row.type in {"element", "cta"} and not (selector or "").strip():
+            problems.add("selector", f"a CSS selector is required for {row.type} experiments")
+        if row.type == "manual" and selector is not None:
+            problems.add("selector", "manual experiments do not touch the page: no selector")
+    if body.goal is not msgspec.UNSET and not body.goal.strip():
+        problems.add("goal", "the goal event name must not be blank")
+    variants = (
+        _edited_variants(problems, row, body.variants)
+        if body.variants is not msgspec.UNSET
+        else row.variants
+    )
+    problems.raise_if_any()
+    before = await experiment_out(scope, row)
+    touches_page = [
+        name
+        for name in _PAGE_FIELDS
+        if getattr(body, name) is not msgspec.UNSET
+        and (variants if name == "variants" else getattr(body, name)) != getattr(row, name)
+    ]
+    if touches_page and before.exposed:
+        raise conflict(
+            f"{', '.join(touches_page)} cannot change once units are exposed "
+            f"({before.exposed}): start a new experiment instead"
+        )
+    for name in ("name", "description", "stats_engine", "cuped", "url", "goal"):
+        value = getattr(body, name)
+        if value is not msgspec.UNSET:
+            setattr(row, name, value)
+    row.selector = selector
+    row.variants = variants
+    after = await experiment_out(scope, row)
+    if after == before:
+        return before  # nothing to change: no new version, no audit entry
+    row.version += 1
+    row.updated_at = utcnow()
+    await scope.session.flush()
+    if row.status == "running" and touches_page:
+        await scope.changed(  # relays render it
+            (e.id for e in await scope.environments()), reason="experiments"
+        )
+    after = await experiment_out(scope, row)
+    scope.audit("experiment.update", "experiment", row.key, before=before, after=after)
+    return after
+
+
+def _edited_variants(
+    problems: v.Problems, row: Experiment, given: list[s.VariantPatch]
+) -> list[dict[str, Any]]:
+    out = [dict(x) for x in row.variants]
+    by_key = {x["key"]: x for x in out}
+    seen: set[str] = set()
+    for i, item in enumerate(given):
+        field = f"variants[{i}]"
+        stored = by_key.get(item.key)
+        if stored is None:
+            problems.add(f"{field}.key", f"no variant {item.key!r}: variants are not added here")
+            continue
+        if item.key in seen:
+            problems.add(f"{field}.key", f"variant key {item.key!r} is listed twice")
+        seen.add(item.key)
+        if item.content is not msgspec.UNSET:
+            if len(item.content) > 10_000:
+                problems.add(f"{field}.content", "at most 10000 characters")
+            stored["content"] = item.content
+        for name in ("href", "bg", "color"):
+            value = getattr(item, name)
+            if value is msgspec.UNSET:
+                continue
+            if row.type != "cta" and value is not None:
+                problems.add(f"{field}.{name}", "only cta variants have href, bg and color")
+            elif value is None:
+                stored.pop(name, None)
+            else:
+                stored[name] = value
+    return out
+
+
+async def delete_experiment(scope: Scope, id_or_key: str) -> s.ExperimentDeleted:
+    """Delete a draft or stopped experiment with its exposures; a running one is 409."""
+    row = await find(scope, id_or_key)
+    await expect_current(scope, row)
+    if row.status == "running":
+        raise conflict(f"experiment {row.key!r} is running: stop it before deleting it")
+    before = await experiment_out(scope, row)
+    await scope.session.execute(
+        delete(Exposure).where(
+            Exposure.project_id == scope.project_id,
+            Exposure.kind == "experiment",
+            Exposure.subject == row.id,
+        )
+    )
+    await scope.session.execute(delete(SequentialLook).where(SequentialLook.subject == row.id))
+    await scope.session.delete(row)
+    await scope.session.flush()
+    scope.audit("experiment.delete", "experiment", row.key, before=before)
+    return s.ExperimentDeleted(id=row.id, key=row.key, deleted=True)
+
+
 async def set_status(scope: Scope, id_or_key: str, body: s.StatusIn) -> s.Experiment:
     row = await find(scope, id_or_key)
+    await expect_current(scope, row)
     if body.status is msgspec.UNSET:
         raise invalid("status", "required: draft, running or stopped")
     target = body.status
@@ -251,7 +402,7 @@ async def set_status(scope: Scope, id_or_key: str, body: s.StatusIn) -> s.Experi
     row.version += 1
     row.updated_at = now
     await scope.session.flush()
-    await scope.changed(e.id for e in await scope.environments())
+    await scope.changed((e.id for e in await scope.environments()), reason="experiments")
     after = await experiment_out(scope, row)
     scope.audit("experiment.status", "experiment", row.key, before=before, after=after)
     return after
@@ -305,6 +456,7 @@ async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.Metr
     from control_plane.domain.metrics.services import find as find_metric
 
     row = await find(scope, id_or_key)
+    await expect_current(scope, row)
     if body.primary is msgspec.UNSET and body.guardrails is msgspec.UNSET:
         raise invalid("primary", "send primary and/or guardrails (null clears the primary)")
     problems = v.Problems()
@@ -458,6 +610,7 @@ async def with_results(
         target_effect=target_effect if target_effect is not None else DEFAULT_TARGET_EFFECT,
         running_days=running_days,
     )
+    await decisions.announce(scope, row, results)
     return s.ExperimentWithResults(
         **{f: getattr(out, f) for f in out.__struct_fields__}, results=results
     )

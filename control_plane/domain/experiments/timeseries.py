@@ -78,6 +78,7 @@ def _increments_query(
                 Event.unit == Exposure.unit,
                 Event.event == metric.event,
                 Event.ts >= Exposure.exposed_at,
+                *([Event.currency == metric.currency] if metric.currency is not None else []),
             ),
         )
         .where(where)

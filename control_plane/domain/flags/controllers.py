@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, get, patch, post, put
+from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
-from control_plane.deps import Ctx
+from control_plane.deps import Ctx, IfMatch
 from control_plane.domain.audit import services as audit_trail
 from control_plane.domain.audit.schemas import AuditList
 from control_plane.domain.audit.services import AuditFilter
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services
+from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.errors import StrictBody
 
 
@@ -22,10 +23,37 @@ class FlagController(Controller):
     tags = ["flags"]
     guards = [requires(KeyKind.MANAGEMENT)]
 
-    @get("/", summary="List flags")
-    async def list_flags(self, ctx: Ctx, archived: FromQuery[bool] = False) -> s.FlagList:
-        flags = await services.list_flags(ctx, include_archived=archived)
-        return s.FlagList(flags=flags, count=len(flags))
+    @get(
+        "/",
+        summary="List flags, a page at a time, by key",
+        description=(
+            "`archived`: `false` (default) live flags, `true` live and archived, `only` archived. "
+            "`q`: part of the key or name (case-insensitive). `stale`: temporary flags no code "
+            "references that have not changed for that many days."
+        ),
+    )
+    async def list_flags(
+        self,
+        ctx: Ctx,
+        limit: Limit = DEFAULT_LIMIT,
+        cursor: Cursor = None,
+        archived: FromQuery[services.ArchivedFilter] = "false",
+        q: Annotated[str | None, QueryParameter(max_length=200)] = None,
+        tag: Annotated[str | None, QueryParameter(max_length=200)] = None,
+        type: FromQuery[s.FlagType | None] = None,
+        temporary: FromQuery[bool | None] = None,
+        stale: Annotated[int | None, QueryParameter(ge=0, le=36500)] = None,
+    ) -> s.FlagList:
+        where = services.FlagFilter(
+            archived=archived, q=q, tag=tag, type=type, temporary=temporary, stale_days=stale
+        )
+        found = await services.list_flags(ctx, where, limit=limit, cursor=cursor)
+        return s.FlagList(
+            flags=found.items,
+            count=len(found.items),
+            next_cursor=found.next_cursor,
+            has_more=found.has_more,
+        )
 
     @post("/", dto=StrictBody[s.FlagCreate], return_dto=None, summary="Create a flag")
     async def create_flag(self, ctx: Ctx, data: JSONBody[s.FlagCreate]) -> s.Flag:
@@ -35,16 +63,40 @@ class FlagController(Controller):
     async def get_flag(self, ctx: Ctx, key: FromPath[str]) -> s.Flag:
         return await services.get_flag(ctx, key)
 
-    @patch("/{key:str}", dto=StrictBody[s.FlagPatch], return_dto=None, summary="Update a flag")
-    async def patch_flag(self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.FlagPatch]) -> s.Flag:
+    @patch(
+        "/{key:str}",
+        dto=StrictBody[s.FlagPatch],
+        return_dto=None,
+        summary="Update a flag",
+        description="Also its variations (add, rename, change a value; a variation in use is "
+        "never removed) and bucketBy; these republish every environment.",
+    )
+    async def patch_flag(
+        self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.FlagPatch], if_match: IfMatch = None
+    ) -> s.Flag:
         return await services.patch_flag(ctx, key, data)
 
+    @delete(
+        "/{key:str}",
+        status_code=200,
+        summary="Delete an archived flag for good",
+        description="409 unless the flag is archived and no flag names it as a prerequisite.",
+    )
+    async def delete_flag(
+        self, ctx: Ctx, key: FromPath[str], if_match: IfMatch = None
+    ) -> s.FlagDeleted:
+        return await services.delete_flag(ctx, key)
+
     @post("/{key:str}/archive", status_code=200, summary="Archive a flag")
-    async def archive(self, ctx: Ctx, key: FromPath[str]) -> s.Flag:
+    async def archive(self, ctx: Ctx, key: FromPath[str], if_match: IfMatch = None) -> s.Flag:
         return await services.archive_flag(ctx, key)
 
-    @post("/{key:str}/restore", status_code=200, summary="Restore an archived flag")
-    async def restore(self, ctx: Ctx, key: FromPath[str]) -> s.Flag:
+    @post(
+        "/{key:str}/restore",
+        status_code=200,
+        summary="Restore an archived flag",
+    )
+    async def restore(self, ctx: Ctx, key: FromPath[str], if_match: IfMatch = None) -> s.Flag:
         return await services.restore_flag(ctx, key)
 
     @get("/{key:str}/audit", summary="Change history of a flag, newest first")
@@ -94,6 +146,7 @@ class FlagController(Controller):
         key: FromPath[str],
         env: FromPath[str],
         data: JSONBody[s.EnvironmentSettingsIn],
+        if_match: IfMatch = None,
     ) -> s.EnvironmentSettings:
         return await services.put_settings(ctx, key, env, data)
 
@@ -105,7 +158,12 @@ class FlagController(Controller):
         summary="Turn a flag on or off in one environment (kill switch)",
     )
     async def toggle(
-        self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.ToggleIn]
+        self,
+        ctx: Ctx,
+        key: FromPath[str],
+        env: FromPath[str],
+        data: JSONBody[s.ToggleIn],
+        if_match: IfMatch = None,
     ) -> s.Toggled:
         return await services.toggle(ctx, key, env, data.enabled)
 
@@ -132,6 +190,11 @@ class FlagController(Controller):
         summary="Replace a flag's targeting rules",
     )
     async def put_rules(
-        self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.RulesIn]
+        self,
+        ctx: Ctx,
+        key: FromPath[str],
+        env: FromPath[str],
+        data: JSONBody[s.RulesIn],
+        if_match: IfMatch = None,
     ) -> s.Rules:
         return await services.put_rules(ctx, key, env, data)

@@ -32,11 +32,22 @@ class FlagCreate(ApiIn):
 
 
 class FlagPatch(ApiIn):
+    """``variations``: the whole list. An item with ``idx`` renames or changes that variation,
+    one without is added (next free idx); a variation left out is removed unless any
+    environment, rule, target or prerequisite uses it."""
+
     name: str | UnsetType = UNSET
     description: str | UnsetType = UNSET
     tags: list[str] | UnsetType = UNSET
     temporary: bool | UnsetType = UNSET
     client_side: bool | UnsetType = UNSET
+    bucket_by: str | UnsetType = UNSET
+    variations: list[VariationIn] | UnsetType = UNSET
+
+
+class FlagDeleted(ApiOut):
+    key: str
+    deleted: bool
 
 
 class WeightIn(ApiIn):
@@ -192,7 +203,9 @@ class Flag(ApiOut):
 
 class FlagList(ApiOut):
     flags: list[Flag]
-    count: int
+    count: int  # items on this page
+    next_cursor: str | None = None
+    has_more: bool = False
 
 
 class EnvironmentSettings(ApiOut):

@@ -5,15 +5,19 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
 
 import msgspec
-from sqlalchemy import delete, select
+from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from control_plane.db.ids import new_id
 from control_plane.db.models import (
+    CodeReference,
     Environment,
+    Exposure,
     Flag,
     FlagMetric,
     FlagSetting,
@@ -24,6 +28,7 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
+from control_plane.domain.paging import Page, paged
 from control_plane.errors import ApiError, conflict, invalid, not_found
 from control_plane.publishing.compiler import compile_environment, flag_snapshot, segments_for
 from shared.engine import (
@@ -35,6 +40,9 @@ from shared.engine import (
     validate_flag,
 )
 from shared.wire import snapshot as w
+
+ArchivedFilter = Literal["false", "true", "only"]
+"""``false``: live flags (the default); ``true``: live and archived; ``only``: archived ones."""
 
 # --- stored JSON <-> wire structs <-> API output -------------------------------------------------
 
@@ -136,7 +144,7 @@ def settings_out(flag: Flag, env_key: str, setting: FlagSetting) -> s.Environmen
     )
 
 
-def _idxs(flag: Flag) -> frozenset[int]:
+def variation_indexes(flag: Flag) -> frozenset[int]:
     return frozenset(int(x["idx"]) for x in flag.variations)
 
 
@@ -174,13 +182,68 @@ async def _settings_of(
     return by_flag
 
 
-async def list_flags(scope: Scope, *, include_archived: bool = False) -> list[s.Flag]:
-    query = select(Flag).where(Flag.project_id == scope.project_id).order_by(Flag.key)
-    if not include_archived:
+@dataclass(frozen=True, slots=True)
+class FlagFilter:
+    archived: ArchivedFilter = "false"
+    q: str | None = None
+    tag: str | None = None
+    type: str | None = None
+    temporary: bool | None = None
+    stale_days: int | None = None
+
+
+def _has_tag(dialect: str, tag: str) -> ColumnElement[bool]:
+    elements = (
+        func.jsonb_array_elements_text(Flag.tags)
+        if dialect == "postgresql"
+        else func.json_each(Flag.tags)
+    ).table_valued("value")
+    return exists(select(1).select_from(elements).where(elements.c.value == tag))
+
+
+def _stale(days: int) -> ColumnElement[bool]:
+    """Temporary, referenced by no uploaded code, and neither the flag nor any of its
+    environment settings changed for ``days`` days."""
+    cutoff = utcnow() - timedelta(days=days)
+    referenced = exists().where(
+        CodeReference.project_id == Flag.project_id, CodeReference.flag_key == Flag.key
+    )
+    touched = exists().where(FlagSetting.flag_id == Flag.id, FlagSetting.updated_at >= cutoff)
+    return and_(Flag.temporary.is_(True), Flag.updated_at < cutoff, ~referenced, ~touched)
+
+
+async def list_flags(
+    scope: Scope, where: FlagFilter, *, limit: int, cursor: str | None
+) -> Page[s.Flag]:
+    query = select(Flag).where(Flag.project_id == scope.project_id)
+    if where.archived == "false":
         query = query.where(Flag.archived.is_(False))
-    flags = list(await scope.session.scalars(query))
-    settings = await _settings_of(scope, (f.id for f in flags))
-    return [flag_out(f, settings[f.id]) for f in flags]
+    elif where.archived == "only":
+        query = query.where(Flag.archived.is_(True))
+    if where.q:
+        needle = where.q.lower()
+        query = query.where(
+            or_(
+                Flag.key.contains(needle, autoescape=True),
+                func.lower(Flag.name).contains(needle, autoescape=True),
+            )
+        )
+    if where.tag is not None:
+        query = query.where(_has_tag(scope.session.get_bind().dialect.name, where.tag))
+    if where.type is not None:
+        query = query.where(Flag.type == where.type)
+    if where.temporary is not None:
+        query = query.where(Flag.temporary.is_(where.temporary))
+    if where.stale_days is not None:
+        query = query.where(_stale(where.stale_days))
+
+    async def convert(flags: list[Flag]) -> list[s.Flag]:
+        settings = await _settings_of(scope, (f.id for f in flags))
+        return [flag_out(f, settings[f.id]) for f in flags]
+
+    return await paged(
+        scope, query, Flag.key, list_name="flags", limit=limit, cursor=cursor, convert=convert
+    )
 
 
 async def get_flag(scope: Scope, key: str) -> s.Flag:
@@ -188,7 +251,9 @@ async def get_flag(scope: Scope, key: str) -> s.Flag:
     return flag_out(flag, (await _settings_of(scope, [flag.id]))[flag.id])
 
 
-async def _setting(scope: Scope, key: str, env_key: str) -> tuple[Flag, Environment, FlagSetting]:
+async def flag_setting(
+    scope: Scope, key: str, env_key: str
+) -> tuple[Flag, Environment, FlagSetting]:
     flag = await _flag(scope, key)
     env = await scope.environment(env_key)
     setting = await scope.session.get(FlagSetting, (flag.id, env.id))
@@ -198,12 +263,12 @@ async def _setting(scope: Scope, key: str, env_key: str) -> tuple[Flag, Environm
 
 
 async def get_settings(scope: Scope, key: str, env_key: str) -> s.EnvironmentSettings:
-    flag, env, setting = await _setting(scope, key, env_key)
+    flag, env, setting = await flag_setting(scope, key, env_key)
     return settings_out(flag, env.key, setting)
 
 
 async def get_rules(scope: Scope, key: str, env_key: str) -> s.Rules:
-    flag, env, setting = await _setting(scope, key, env_key)
+    flag, env, setting = await flag_setting(scope, key, env_key)
     return s.Rules(
         flag=flag.key, environment=env.key, rules=rules_out(setting.rules), version=setting.version
     )
@@ -289,7 +354,7 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
         scope.session.add(setting)
         settings.append((setting, env.key))
     await scope.session.flush()
-    await scope.changed(env.id for env in environments)
+    await scope.changed((env.id for env in environments), flags=[flag.key])
     out = flag_out(flag, settings)
     scope.audit("flag.create", "flag", flag.key, after=out)
     return out
@@ -297,13 +362,28 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
 
 async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
     flag = await _flag(scope, key)
+    await _expect_flag(scope, flag)
     before = await get_flag(scope, key)
     problems = v.Problems()
     if body.name is not msgspec.UNSET:
         v.check_name(problems, "name", body.name)
     if body.tags is not msgspec.UNSET:
         v.check_tags(problems, "tags", body.tags)
+    if body.bucket_by is not msgspec.UNSET and not body.bucket_by.strip():
+        problems.add("bucketBy", "must not be blank")
+    variations = (
+        await _edited_variations(scope, flag, body.variations, problems)
+        if body.variations is not msgspec.UNSET
+        else None
+    )
     problems.raise_if_any()
+    served = (flag.bucket_by, flag.variations)
+    if body.bucket_by is not msgspec.UNSET:
+        flag.bucket_by = body.bucket_by
+    if variations is not None:
+        flag.variations = [_stored(x) for x in variations]
+    if (flag.bucket_by, flag.variations) != served:
+        await _touch_all_settings(scope, flag)  # what relays serve changed: republish
     unchanged = (flag.name, flag.description, list(flag.tags), flag.temporary, flag.client_side)
     if body.name is not msgspec.UNSET:
         flag.name = body.name
@@ -322,7 +402,7 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
         list(flag.tags),
         flag.temporary,
         flag.client_side,
-    ) == unchanged:
+    ) == unchanged and (flag.bucket_by, flag.variations) == served:
         return before  # nothing to change: no new version, no audit entry
     flag.version += 1
     flag.updated_at = utcnow()
@@ -330,6 +410,75 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
     after = await get_flag(scope, key)
     scope.audit("flag.update", "flag", key, before=before, after=after)
     return after
+
+
+async def _variations_in_use(scope: Scope, flag: Flag) -> dict[int, str]:
+    """Each variation idx something serves or names, with the first place that does."""
+    used: dict[int, str] = {}
+    rows = await scope.session.execute(
+        select(FlagSetting, Environment.key)
+        .join(Environment, Environment.id == FlagSetting.environment_id)
+        .where(FlagSetting.flag_id == flag.id)
+        .order_by(Environment.created_at, Environment.key)
+    )
+    for setting, env_key in rows:
+        used.setdefault(setting.off_variation, f"{env_key} offVariation")
+        for idx in _served(setting.fallthrough):
+            used.setdefault(idx, f"{env_key} fallthrough")
+        for i, rule in enumerate(setting.rules):
+            for idx in _served(rule.get("serve", {})):
+                used.setdefault(idx, f"{env_key} rules[{i}]")
+        for i, target in enumerate(setting.targets):
+            used.setdefault(int(target["variation"]), f"{env_key} targets[{i}]")
+    for key, env_key, prerequisites in await _prerequisite_rows(scope, flag.key):
+        for p in prerequisites:
+            if p["key"] == flag.key:
+                used.setdefault(int(p["variation"]), f"a prerequisite of {key} ({env_key})")
+    return used
+
+
+def _served(serve: dict[str, Any]) -> list[int]:
+    if serve.get("variation") is not None:
+        return [int(serve["variation"])]
+    return [int(item["idx"]) for item in serve.get("rollout") or []]
+
+
+async def _prerequisite_rows(scope: Scope, flag_key: str) -> list[tuple[str, str, Any]]:
+    rows = await scope.session.execute(
+        select(Flag.key, Environment.key, FlagSetting.prerequisites)
+        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+        .join(Environment, Environment.id == FlagSetting.environment_id)
+        .where(Flag.project_id == scope.project_id, Flag.key != flag_key)
+    )
+    return [(k, e, p) for k, e, p in rows if p]
+
+
+async def _edited_variations(
+    scope: Scope, flag: Flag, given: list[s.VariationIn], problems: v.Problems
+) -> list[w.Variation]:
+    """The flag's variations after an edit: given idxs kept (renamed or re-valued), new items
+    on the next free idxs, and a variation left out only if nothing uses it."""
+    existing = variation_indexes(flag)
+    next_idx = max([*existing, *(x.idx for x in given if x.idx is not None)], default=-1) + 1
+    numbered: list[s.VariationIn] = []
+    for position, item in enumerate(given):
+        if item.idx is None:
+            item = s.VariationIn(value=item.value, idx=next_idx, name=item.name)
+            next_idx += 1
+        elif item.idx not in existing:
+            problems.add(
+                f"variations[{position}].idx",
+                f"no variation has idx {item.idx}: leave idx out to add one",
+            )
+        numbered.append(item)
+    kept = {x.idx for x in numbered}
+    removed = sorted(existing - kept)
+    if removed:
+        used = await _variations_in_use(scope, flag)
+        for idx in removed:
+            if idx in used:
+                problems.add("variations", f"variation {idx} is in use ({used[idx]}): keep it")
+    return v.variations(problems, flag.type, numbered)
 
 
 async def _touch_all_settings(scope: Scope, flag: Flag) -> None:
@@ -340,7 +489,40 @@ async def _touch_all_settings(scope: Scope, flag: Flag) -> None:
     for setting in settings:
         setting.version += 1
         setting.updated_at = now
-    await scope.changed(x.environment_id for x in settings)
+    await scope.changed((x.environment_id for x in settings), flags=[flag.key])
+
+
+async def delete_flag(scope: Scope, key: str) -> s.FlagDeleted:
+    """Delete an archived flag for good (its settings, attached metrics and exposures too)."""
+    flag = await _flag(scope, key)
+    await _expect_flag(scope, flag)
+    if not flag.archived:
+        raise conflict(f"flag {key!r} is not archived: archive it before deleting it")
+    users = await _prerequisite_rows(scope, key)
+    names = sorted({f"{f} ({e})" for f, e, p in users if any(x["key"] == key for x in p)})
+    if names:
+        raise conflict(f"flag {key!r} is a prerequisite of {', '.join(names)}: remove it there")
+    before = await get_flag(scope, key)
+    environment_ids = [
+        x.environment_id
+        for x in await scope.session.scalars(
+            select(FlagSetting).where(FlagSetting.flag_id == flag.id)
+        )
+    ]
+    await scope.session.execute(delete(FlagMetric).where(FlagMetric.flag_id == flag.id))
+    await scope.session.execute(delete(FlagSetting).where(FlagSetting.flag_id == flag.id))
+    await scope.session.execute(
+        delete(Exposure).where(
+            Exposure.project_id == scope.project_id,
+            Exposure.kind == "flag",
+            Exposure.subject == key,
+        )
+    )
+    await scope.session.delete(flag)
+    await scope.session.flush()
+    await scope.changed(environment_ids, flags=[key])
+    scope.audit("flag.delete", "flag", key, before=before)
+    return s.FlagDeleted(key=key, deleted=True)
 
 
 async def _dependents(scope: Scope, flag_key: str) -> list[tuple[str, str]]:
@@ -358,6 +540,7 @@ async def _dependents(scope: Scope, flag_key: str) -> list[tuple[str, str]]:
 
 async def archive_flag(scope: Scope, key: str) -> s.Flag:
     flag = await _flag(scope, key)
+    await _expect_flag(scope, flag)
     if flag.archived:
         raise conflict(f"flag {key!r} is already archived")
     dependents = await _dependents(scope, key)
@@ -377,6 +560,7 @@ async def archive_flag(scope: Scope, key: str) -> s.Flag:
 
 async def restore_flag(scope: Scope, key: str) -> s.Flag:
     flag = await _flag(scope, key)
+    await _expect_flag(scope, flag)
     if not flag.archived:
         raise conflict(f"flag {key!r} is not archived")
     before = await get_flag(scope, key)
@@ -391,7 +575,21 @@ async def restore_flag(scope: Scope, key: str) -> s.Flag:
     return after
 
 
-def _refuse_archived(flag: Flag) -> None:
+async def _expect_flag(scope: Scope, flag: Flag) -> None:
+    await scope.expect_version(Flag, Flag.version, flag.version, Flag.id == flag.id)
+
+
+async def _expect_setting(scope: Scope, setting: FlagSetting) -> None:
+    await scope.expect_version(
+        FlagSetting,
+        FlagSetting.version,
+        setting.version,
+        FlagSetting.flag_id == setting.flag_id,
+        FlagSetting.environment_id == setting.environment_id,
+    )
+
+
+def refuse_archived(flag: Flag) -> None:
     if flag.archived:
         raise ApiError(
             409, f"flag {flag.key!r} is archived: restore it before changing its settings"
@@ -423,7 +621,7 @@ async def _prerequisites(
             problems.add(f"{field}.key", f"unknown flag {item.key!r}")
         elif other.archived:
             problems.add(f"{field}.key", f"flag {item.key!r} is archived")
-        elif item.variation not in _idxs(other):
+        elif item.variation not in variation_indexes(other):
             problems.add(
                 f"{field}.variation",
                 f"flag {item.key!r} has no variation with idx {item.variation}",
@@ -466,10 +664,11 @@ async def _prerequisite_cycle(
 async def put_settings(
     scope: Scope, key: str, env_key: str, body: s.EnvironmentSettingsIn
 ) -> s.EnvironmentSettings:
-    flag, env, setting = await _setting(scope, key, env_key)
-    _refuse_archived(flag)
+    flag, env, setting = await flag_setting(scope, key, env_key)
+    refuse_archived(flag)
+    await _expect_setting(scope, setting)
     before = settings_out(flag, env.key, setting)
-    idxs = _idxs(flag)
+    idxs = variation_indexes(flag)
     problems = v.Problems()
     if body.off_variation is not msgspec.UNSET and body.off_variation not in idxs:
         problems.add("offVariation", f"no variation has idx {body.off_variation}")
@@ -504,8 +703,9 @@ async def put_settings(
 
 
 async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggled:
-    flag, env, setting = await _setting(scope, key, env_key)
-    _refuse_archived(flag)
+    flag, env, setting = await flag_setting(scope, key, env_key)
+    refuse_archived(flag)
+    await _expect_setting(scope, setting)
     if setting.enabled != enabled:
         setting.enabled = enabled
         await _save_setting(scope, flag, env, setting)
@@ -523,8 +723,9 @@ async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggl
 
 
 async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.Rules:
-    flag, env, setting = await _setting(scope, key, env_key)
-    _refuse_archived(flag)
+    flag, env, setting = await flag_setting(scope, key, env_key)
+    refuse_archived(flag)
+    await _expect_setting(scope, setting)
     before = s.Rules(
         flag=flag.key, environment=env.key, rules=rules_out(setting.rules), version=setting.version
     )
@@ -534,7 +735,7 @@ async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.
         )
     )
     problems = v.Problems()
-    canonical = v.rules(problems, body.rules, _idxs(flag), segment_keys, _new_rule_id)
+    canonical = v.rules(problems, body.rules, variation_indexes(flag), segment_keys, _new_rule_id)
     problems.raise_if_any()
     setting.rules = [_stored(r) for r in canonical]
     await _check_with_engine(scope, flag, env, setting)
@@ -552,7 +753,7 @@ async def _save_setting(
     setting.version += 1
     setting.updated_at = utcnow()
     await scope.session.flush()
-    await scope.changed([env.id])
+    await scope.changed([env.id], flags=[flag.key])
     return settings_out(flag, env.key, setting)
 
 
@@ -629,7 +830,7 @@ async def flag_metric_results(scope: Scope, key: str, baseline: int | None) -> s
         .order_by(FlagMetric.position)
     )
     metrics = [MetricDef.of(m) for m in rows.scalars()]
-    idxs = sorted(_idxs(flag))
+    idxs = sorted(variation_indexes(flag))
     if baseline is None:
         off = [int(x["idx"]) for x in flag.variations if x["value"] is False]
         baseline = off[0] if flag.type == "boolean" and off else idxs[0]

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+from typing import Annotated
+
 from litestar import Controller, delete, get, post
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx
 from control_plane.domain.keys import schemas as s
 from control_plane.domain.keys import services
+from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.errors import StrictBody
 
 
@@ -15,10 +18,35 @@ class KeyController(Controller):
     tags = ["keys"]
     guards = [requires(KeyKind.MANAGEMENT)]
 
-    @get("/", summary="List API keys (never their secrets)")
-    async def list_keys(self, ctx: Ctx, revoked: FromQuery[bool] = False) -> s.KeyList:
-        keys = await services.list_keys(ctx, include_revoked=revoked)
-        return s.KeyList(keys=keys, count=len(keys))
+    @get(
+        "/",
+        summary="List API keys (never their secrets), a page at a time",
+        description="In issue order. `revoked=true` includes revoked keys; `environment`: the "
+        "environment a key is bound to.",
+    )
+    async def list_keys(
+        self,
+        ctx: Ctx,
+        limit: Limit = DEFAULT_LIMIT,
+        cursor: Cursor = None,
+        revoked: FromQuery[bool] = False,
+        kind: FromQuery[s.KindName | None] = None,
+        environment: Annotated[str | None, QueryParameter(max_length=128)] = None,
+    ) -> s.KeyList:
+        found = await services.list_keys(
+            ctx,
+            include_revoked=revoked,
+            kind=kind,
+            environment=environment,
+            limit=limit,
+            cursor=cursor,
+        )
+        return s.KeyList(
+            keys=found.items,
+            count=len(found.items),
+            next_cursor=found.next_cursor,
+            has_more=found.has_more,
+        )
 
     @post(
         "/",

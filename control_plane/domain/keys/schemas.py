@@ -34,4 +34,6 @@ class CreatedKey(Key):
 
 class KeyList(ApiOut):
     keys: list[Key]
-    count: int
+    count: int  # items on this page
+    next_cursor: str | None = None
+    has_more: bool = False

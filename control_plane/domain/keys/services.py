@@ -12,7 +12,8 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.flags.validation import Problems
 from control_plane.domain.keys import schemas as s
-from control_plane.errors import conflict, not_found
+from control_plane.domain.paging import Page, paged
+from control_plane.errors import conflict, invalid, not_found
 
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$")
 
@@ -76,21 +77,46 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
 async def _access_changed(scope: Scope, row: ApiKey) -> None:
     """Relays check keys themselves (see ``Hub._access``): republish who may call them."""
     if row.environment_id and row.kind in {KeyKind.PUBLIC.value, KeyKind.SERVER.value}:
-        await scope.changed([row.environment_id])
+        await scope.changed([row.environment_id], reason="access")
     else:
-        await scope.changed(env.id for env in await scope.environments())
+        await scope.changed((env.id for env in await scope.environments()), reason="access")
 
 
-async def list_keys(scope: Scope, *, include_revoked: bool) -> list[s.Key]:
+async def list_keys(
+    scope: Scope,
+    *,
+    include_revoked: bool,
+    kind: s.KindName | None,
+    environment: str | None,
+    limit: int,
+    cursor: str | None,
+) -> Page[s.Key]:
+    """Keys in issue order (ids sort by time)."""
     query = (
         select(ApiKey, Environment.key)
         .outerjoin(Environment, Environment.id == ApiKey.environment_id)
         .where(ApiKey.project_id == scope.project_id)
-        .order_by(ApiKey.id)
     )
     if not include_revoked:
         query = query.where(ApiKey.revoked_at.is_(None))
-    return [key_out(row, env_key) for row, env_key in (await scope.session.execute(query))]
+    if kind is not None:
+        query = query.where(ApiKey.kind == kind)
+    if environment is not None:
+        env_id = await scope.session.scalar(
+            select(Environment.id).where(
+                Environment.project_id == scope.project_id, Environment.key == environment
+            )
+        )
+        if env_id is None:
+            raise invalid("environment", f"no environment {environment!r} in this project")
+        query = query.where(ApiKey.environment_id == env_id)
+
+    async def convert(rows: list[tuple[ApiKey, str | None]]) -> list[s.Key]:
+        return [key_out(row, env_key) for row, env_key in rows]
+
+    return await paged(
+        scope, query, ApiKey.id, list_name="keys", limit=limit, cursor=cursor, convert=convert
+    )
 
 
 async def revoke_key(scope: Scope, key_id: str) -> s.Key:

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+from typing import Annotated
+
 from litestar import Controller, delete, get, patch, post
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
-from control_plane.deps import Ctx
+from control_plane.deps import Ctx, IfMatch
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.metrics import services
+from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.errors import StrictBody
 
 
@@ -15,10 +18,21 @@ class MetricController(Controller):
     tags = ["metrics"]
     guards = [requires(KeyKind.MANAGEMENT)]
 
-    @get("/", summary="List metrics")
-    async def list_metrics(self, ctx: Ctx) -> s.MetricList:
-        metrics = await services.list_metrics(ctx)
-        return s.MetricList(metrics=metrics, count=len(metrics))
+    @get("/", summary="List metrics, a page at a time", description="Oldest first.")
+    async def list_metrics(
+        self,
+        ctx: Ctx,
+        limit: Limit = DEFAULT_LIMIT,
+        cursor: Cursor = None,
+        event: Annotated[str | None, QueryParameter(max_length=200)] = None,
+    ) -> s.MetricList:
+        found = await services.list_metrics(ctx, event=event, limit=limit, cursor=cursor)
+        return s.MetricList(
+            metrics=found.items,
+            count=len(found.items),
+            next_cursor=found.next_cursor,
+            has_more=found.has_more,
+        )
 
     @post("/", dto=StrictBody[s.MetricCreate], return_dto=None, summary="Define a metric")
     async def create_metric(self, ctx: Ctx, data: JSONBody[s.MetricCreate]) -> s.Metric:
@@ -35,12 +49,20 @@ class MetricController(Controller):
         summary="Change a metric's name, direction, format, description or capping",
     )
     async def update_metric(
-        self, ctx: Ctx, id_or_key: FromPath[str], data: JSONBody[s.MetricPatch]
+        self,
+        ctx: Ctx,
+        id_or_key: FromPath[str],
+        data: JSONBody[s.MetricPatch],
+        if_match: IfMatch = None,
     ) -> s.Metric:
         return await services.update_metric(ctx, id_or_key, data)
 
     @delete(
-        "/{id_or_key:str}", status_code=200, summary="Delete a metric no experiment or flag uses"
+        "/{id_or_key:str}",
+        status_code=200,
+        summary="Delete a metric no experiment or flag uses",
     )
-    async def delete_metric(self, ctx: Ctx, id_or_key: FromPath[str]) -> s.Deleted:
+    async def delete_metric(
+        self, ctx: Ctx, id_or_key: FromPath[str], if_match: IfMatch = None
+    ) -> s.Deleted:
         return await services.delete_metric(ctx, id_or_key)

@@ -35,17 +35,19 @@ class MetricCreate(ApiIn):
     key: str | None = None
     description: str = ""
     capping: Capping | None = None
+    currency: str | None = None  # sum and mean: count only events in this ISO 4217 currency
 
 
 class MetricPatch(ApiIn):
     """What can change after creation (event and aggregation cannot: results would change
-    meaning). ``capping: null`` removes capping."""
+    meaning). ``capping: null`` removes capping, ``currency: null`` the currency."""
 
     name: str | UnsetType = UNSET
     direction: Direction | UnsetType = UNSET
     format: str | UnsetType = UNSET
     description: str | UnsetType = UNSET
     capping: Capping | UnsetType | None = UNSET
+    currency: str | UnsetType | None = UNSET
 
 
 class Metric(ApiOut):
@@ -58,13 +60,17 @@ class Metric(ApiOut):
     format: str
     description: str
     capping: CappingOut | None
+    currency: str | None
+    version: int
     created_at: datetime
     updated_at: datetime
 
 
 class MetricList(ApiOut):
     metrics: list[Metric]
-    count: int
+    count: int  # items on this page
+    next_cursor: str | None = None
+    has_more: bool = False
 
 
 class Deleted(ApiOut):

@@ -16,7 +16,9 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.flags import validation as v
 from control_plane.domain.metrics import schemas as s
+from control_plane.domain.paging import Page, paged
 from control_plane.errors import conflict, not_found
+from shared.wire.currencies import ISO_4217
 
 
 def slugify(text: str) -> str:
@@ -58,12 +60,23 @@ def metric_out(row: Metric) -> s.Metric:
         format=row.format,
         description=row.description,
         capping=capping,
+        currency=row.currency,
+        version=row.version,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
 CAPPED_AGGREGATIONS = ("sum", "mean")
+
+
+def check_currency(problems: v.Problems, aggregation: str, currency: str | None) -> None:
+    if currency is None:
+        return
+    if aggregation not in CAPPED_AGGREGATIONS:
+        problems.add("currency", "only sum and mean metrics read value, and so a currency")
+    elif currency not in ISO_4217:
+        problems.add("currency", "an ISO 4217 code in capitals, e.g. EUR or USD")
 
 
 def check_capping(problems: v.Problems, aggregation: str, capping: s.Capping | None) -> None:
@@ -93,13 +106,20 @@ async def get(scope: Scope, id_or_key: str) -> Metric:
     return row
 
 
-async def list_metrics(scope: Scope) -> list[s.Metric]:
-    rows = await scope.session.scalars(
-        select(Metric)
-        .where(Metric.project_id == scope.project_id)
-        .order_by(Metric.created_at, Metric.key)
+async def list_metrics(
+    scope: Scope, *, event: str | None, limit: int, cursor: str | None
+) -> Page[s.Metric]:
+    """Metrics in creation order (ids sort by time)."""
+    query = select(Metric).where(Metric.project_id == scope.project_id)
+    if event is not None:
+        query = query.where(Metric.event == event)
+
+    async def convert(rows: list[Metric]) -> list[s.Metric]:
+        return [metric_out(r) for r in rows]
+
+    return await paged(
+        scope, query, Metric.id, list_name="metrics", limit=limit, cursor=cursor, convert=convert
     )
-    return [metric_out(r) for r in rows]
 
 
 async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
@@ -112,6 +132,7 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
     if len(body.format) > 32:
         problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
     check_capping(problems, body.aggregation, body.capping)
+    check_currency(problems, body.aggregation, body.currency)
     problems.raise_if_any()
     key = body.key or await unique_key(scope, Metric, slugify(body.name))
     now = utcnow()
@@ -127,6 +148,8 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
         description=body.description,
         capping=body.capping.type if body.capping else None,
         capping_value=body.capping.value if body.capping else None,
+        currency=body.currency,
+        version=1,
         created_at=now,
         updated_at=now,
     )
@@ -140,8 +163,13 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
     return out
 
 
+async def expect_current(scope: Scope, row: Metric) -> None:
+    await scope.expect_version(Metric, Metric.version, row.version, Metric.id == row.id)
+
+
 async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.Metric:
     row = await get(scope, id_or_key)
+    await expect_current(scope, row)
     problems = v.Problems()
     if not isinstance(body.name, msgspec.UnsetType):
         v.check_name(problems, "name", body.name)
@@ -149,6 +177,8 @@ async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.
         problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
     if not isinstance(body.capping, msgspec.UnsetType):
         check_capping(problems, row.aggregation, body.capping)
+    if not isinstance(body.currency, msgspec.UnsetType):
+        check_currency(problems, row.aggregation, body.currency)
     problems.raise_if_any()
     before = metric_out(row)
     for name in ("name", "direction", "format", "description"):
@@ -158,6 +188,12 @@ async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.
     if not isinstance(body.capping, msgspec.UnsetType):
         row.capping = body.capping.type if body.capping else None
         row.capping_value = body.capping.value if body.capping else None
+    if not isinstance(body.currency, msgspec.UnsetType):
+        row.currency = body.currency
+    out = metric_out(row)
+    if out == before:
+        return before  # nothing changed: no new version, no audit entry
+    row.version += 1
     row.updated_at = utcnow()
     await scope.session.flush()
     out = metric_out(row)
@@ -167,6 +203,7 @@ async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.
 
 async def delete_metric(scope: Scope, id_or_key: str) -> s.Deleted:
     row = await get(scope, id_or_key)
+    await expect_current(scope, row)
     experiments = await scope.session.scalars(
         select(Experiment).where(Experiment.project_id == scope.project_id)
     )

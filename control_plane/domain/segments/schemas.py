@@ -55,7 +55,9 @@ class Segment(ApiOut):
 
 class SegmentList(ApiOut):
     segments: list[Segment]
-    count: int
+    count: int  # items on this page
+    next_cursor: str | None = None
+    has_more: bool = False
 
 
 class Deleted(ApiOut):

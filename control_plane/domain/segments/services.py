@@ -15,6 +15,7 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.flags import validation as v
 from control_plane.domain.flags.services import clause_out
+from control_plane.domain.paging import Page, paged
 from control_plane.domain.segments import schemas as s
 from control_plane.errors import conflict, invalid, not_found
 from control_plane.publishing.compiler import segment_snapshot
@@ -102,8 +103,14 @@ async def _all(scope: Scope) -> list[Segment]:
     )
 
 
-async def list_segments(scope: Scope) -> list[s.Segment]:
-    return [segment_out(r) for r in await _all(scope)]
+async def list_segments(scope: Scope, *, limit: int, cursor: str | None) -> Page[s.Segment]:
+    async def convert(rows: list[Segment]) -> list[s.Segment]:
+        return [segment_out(r) for r in rows]
+
+    query = select(Segment).where(Segment.project_id == scope.project_id)
+    return await paged(
+        scope, query, Segment.key, list_name="segments", limit=limit, cursor=cursor, convert=convert
+    )
 
 
 async def get_segment(scope: Scope, key: str) -> s.Segment:
@@ -214,6 +221,7 @@ async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
 
 async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segment:
     row = await _row(scope, key)
+    await scope.expect_version(Segment, Segment.version, row.version, Segment.id == row.id)
     before = segment_out(row)
     problems = v.Problems()
     if body.name is not msgspec.UNSET:
@@ -251,7 +259,7 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
     _check_with_engine(row, others)
     await scope.session.flush()
     _, environments = await _users(scope, key)
-    await scope.changed(environments)
+    await scope.changed(environments, segments=[key])
     out = segment_out(row)
     scope.audit("segment.update", "segment", key, before=before, after=out)
     return out
@@ -259,6 +267,7 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
 
 async def delete_segment(scope: Scope, key: str) -> s.Deleted:
     row = await _row(scope, key)
+    await scope.expect_version(Segment, Segment.version, row.version, Segment.id == row.id)
     flags, _ = await _users(scope, key)
     if flags:
         raise conflict(f"segment {key!r} is used by the rules of flag(s) {', '.join(flags)}")

@@ -1,0 +1,114 @@
+"""The transactional outbox: what leaves the system, written in the transaction of the change.
+
+``Scope.audit`` (which every write calls) hands each audit action to :func:`emit_audited`; the
+experiment results hand each new decision to :func:`emit`. Either adds an ``outbox_events`` row
+to the caller's session, so a change and its notification commit together or not at all. The
+dispatcher (``dispatcher.py``) later fans each row out into one delivery per matching webhook.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from control_plane.db.ids import new_id
+from control_plane.db.models import OutboxEvent
+
+AUDIT_TO_WEBHOOK: dict[str, str] = {
+    # flags
+    "flag.create": "flag.created",
+    "flag.update": "flag.updated",  # name, description, tags, variations, bucketBy, ...
+    "flag.settings.update": "flag.updated",  # one environment's settings
+    "flag.rules.update": "flag.updated",
+    "flag.metrics": "flag.updated",
+    "flag.toggle": "flag.toggled",
+    "flag.archive": "flag.archived",
+    "flag.restore": "flag.restored",
+    "flag.delete": "flag.deleted",
+    # scheduled changes of a flag
+    "schedule.create": "flag.schedule.created",
+    "schedule.cancel": "flag.schedule.cancelled",
+    "schedule.fail": "flag.schedule.failed",
+    # segments
+    "segment.create": "segment.created",
+    "segment.update": "segment.updated",
+    "segment.delete": "segment.deleted",
+    # experiments
+    "experiment.create": "experiment.created",
+    "experiment.update": "experiment.updated",
+    "experiment.metrics": "experiment.updated",
+    "experiment.status": "experiment.status",
+    "experiment.delete": "experiment.deleted",
+    # metrics
+    "metric.create": "metric.created",
+    "metric.update": "metric.updated",
+    "metric.delete": "metric.deleted",
+    # keys
+    "key.create": "key.created",
+    "key.revoke": "key.revoked",
+    # environments
+    "environment.create": "environment.created",
+    "environment.rename": "environment.updated",
+    "environment.update": "environment.updated",
+    "environment.delete": "environment.deleted",
+    # webhooks themselves
+    "webhook.create": "webhook.created",
+    "webhook.update": "webhook.updated",
+    "webhook.delete": "webhook.deleted",
+}
+"""Audit action → webhook event type. An action not listed here is audited but not sent (today:
+``code_refs.upload`` and ``webhook.redeliver``); ``docs/webhooks.md`` lists the same table, and a
+test holds every action the code audits to one of the two."""
+
+DECISION_TYPES = ("experiment.winner", "experiment.srm_failed")
+"""Experiment decisions, emitted once each by the results computation (not audit actions)."""
+
+EVENT_TYPES: frozenset[str] = frozenset(AUDIT_TO_WEBHOOK.values()) | frozenset(DECISION_TYPES)
+
+
+def matches(patterns: list[str], event_type: str) -> bool:
+    """``flag.toggled`` matches ``flag.toggled``, ``flag.*`` and ``*`` (shell-style patterns)."""
+    return any(fnmatch.fnmatchcase(event_type, pattern) for pattern in patterns)
+
+
+def valid_pattern(pattern: str) -> bool:
+    """A pattern that can match at least one event type Vane sends."""
+    return any(fnmatch.fnmatchcase(t, pattern) for t in EVENT_TYPES)
+
+
+def emit(session: AsyncSession, project_id: str, event_type: str, data: Any) -> None:
+    session.add(OutboxEvent(id=new_id("evt"), project_id=project_id, type=event_type, data=data))
+
+
+def emit_audited(
+    session: AsyncSession,
+    project_id: str,
+    *,
+    audit_id: str,
+    action: str,
+    actor: str,
+    resource_type: str,
+    resource_key: str,
+    environment: str | None,
+    before: Any,
+    after: Any,
+) -> None:
+    event_type = AUDIT_TO_WEBHOOK.get(action)
+    if event_type is None:
+        return
+    emit(
+        session,
+        project_id,
+        event_type,
+        {
+            "action": action,
+            "resource": {"type": resource_type, "key": resource_key},
+            "environment": environment,
+            "actor": actor,
+            "auditId": audit_id,
+            "before": before,
+            "after": after,
+        },
+    )

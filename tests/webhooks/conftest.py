@@ -1,0 +1,41 @@
+"""An app whose webhooks may reach loopback (where the test receivers listen), polling fast."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from litestar.testing import TestClient
+
+from control_plane.app import create_app
+from control_plane.bootstrap import IssuedKey
+from control_plane.settings import Settings
+from tests.conftest import Api
+
+FAST = {
+    "webhook_private": "loopback",
+    "webhook_poll_s": 0.05,
+    "webhook_backoff_s": 0.2,
+    "webhook_backoff_cap_s": 0.5,
+    "webhook_timeout_s": 2.0,
+    "schedule_poll_s": 0.1,
+}
+
+
+@pytest.fixture
+def hooks_api(database_url: str) -> Iterator[Api]:
+    app = create_app(Settings(database_url=database_url, **FAST))  # type: ignore[arg-type]
+    with TestClient(app, raise_server_exceptions=False) as client:
+        issued: list[IssuedKey] = app.state.issued_keys
+        keys = {key.kind.value: key.token for key in issued}
+        yield Api(client=client, keys=keys, database_url=database_url)
+
+
+def eventually(check: Callable[[], bool], timeout: float = 20, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s: {what}")

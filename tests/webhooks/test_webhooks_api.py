@@ -1,0 +1,229 @@
+"""Webhooks over HTTP on SQLite and PostgreSQL: CRUD without the secret ever coming back, bad
+input named, every change delivered signed, a 500 retried with the same id, a redeliver."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Api
+from tests.webhooks.conftest import eventually
+from tests.webhooks.receiver import Receiver, receiving
+
+SECRET = "whsec_test_0123456789abcdef"
+
+
+def create_hook(api: Api, receiver: Receiver, events: list[str]) -> dict[str, Any]:
+    response = api.post("/webhooks", {"url": receiver.url, "events": events, "secret": SECRET})
+    assert response.status_code == 201, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def deliveries(api: Api, hook: dict[str, Any]) -> list[dict[str, Any]]:
+    response = api.get(f"/webhooks/{hook['id']}/deliveries")
+    assert response.status_code == 200, response.text
+    return response.json()["deliveries"]  # type: ignore[no-any-return]
+
+
+def test_crud_never_answers_the_secret(hooks_api: Api) -> None:
+    api = hooks_api
+    created = api.post("/webhooks", {"url": "https://example.com/h", "events": ["flag.*"]})
+    assert created.status_code == 201, created.text
+    body = created.json()
+    generated = body["secret"]  # answered once, because Vane made it
+    assert generated.startswith("whsec_")
+    assert body["secretHint"] == "…" + generated[-4:]
+    hook_id = body["id"]
+    for answer in (
+        api.get(f"/webhooks/{hook_id}"),
+        api.get("/webhooks"),
+        api.patch(f"/webhooks/{hook_id}", {"enabled": False, "secret": "s" * 20}),
+        api.get("/audit"),
+    ):
+        assert generated not in answer.text
+        assert "s" * 20 not in answer.text
+    assert api.get(f"/webhooks/{hook_id}").json()["enabled"] is False
+    given = api.post(
+        "/webhooks", {"url": "https://example.com/2", "events": ["*"], "secret": SECRET}
+    )
+    assert "secret" not in given.json()
+    assert SECRET not in given.text
+    assert api.delete(f"/webhooks/{hook_id}").json() == {"id": hook_id, "deleted": True}
+    assert api.get(f"/webhooks/{hook_id}").status_code == 404
+    assert [h["url"] for h in api.get("/webhooks").json()["webhooks"]] == ["https://example.com/2"]
+    api.post("/webhooks", {"url": "https://example.com/3", "events": ["*"]})
+    first = api.get("/webhooks", params={"limit": 1}).json()
+    assert [h["url"] for h in first["webhooks"]] == ["https://example.com/2"]
+    rest = api.get("/webhooks", params={"limit": 1, "cursor": first["nextCursor"]}).json()
+    assert [h["url"] for h in rest["webhooks"]] == ["https://example.com/3"]
+    assert rest["nextCursor"] is None
+    bad = api.get("/webhooks", params={"cursor": "nonsense"})
+    assert bad.status_code == 422
+    assert bad.json()["error"]["details"][0]["field"] == "cursor"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"url": "ftp://example.com/x", "events": ["*"]}, "url"),
+        ({"url": "file:///etc/passwd", "events": ["*"]}, "url"),
+        ({"url": "not a url", "events": ["*"]}, "url"),
+        ({"url": "http://10.0.0.7/h", "events": ["*"]}, "url"),  # private, not loopback
+        ({"url": "http://169.254.169.254/latest", "events": ["*"]}, "url"),
+        ({"url": "https://u:p@example.com/h", "events": ["*"]}, "url"),
+        ({"url": "https://example.com/h", "events": []}, "events"),
+        ({"url": "https://example.com/h", "events": ["flags.*"]}, "events[0]"),
+        ({"url": "https://example.com/h", "events": ["*"], "secret": "short"}, "secret"),
+        ({"events": ["*"]}, "url"),
+        ({"url": "https://example.com/h", "events": "flag.*"}, "events"),
+    ],
+)
+def test_bad_input_is_422_naming_the_field(
+    hooks_api: Api, body: dict[str, Any], field: str
+) -> None:
+    response = hooks_api.post("/webhooks", body)
+    assert response.status_code == 422, response.text
+    assert field in [d["field"] for d in response.json()["error"]["details"]]
+    assert hooks_api.get("/webhooks").json()["count"] == 0  # nothing half-written
+
+
+def test_patch_validates_like_create(hooks_api: Api) -> None:
+    hook = hooks_api.post("/webhooks", {"url": "https://example.com/h", "events": ["*"]}).json()
+    response = hooks_api.patch(f"/webhooks/{hook['id']}", {"url": "gopher://example.com"})
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["field"] == "url"
+    assert hooks_api.get(f"/webhooks/{hook['id']}").json()["url"] == "https://example.com/h"
+
+
+def test_private_addresses_refused_by_default(api: Api) -> None:
+    """The plain app (``VANE_WEBHOOK_PRIVATE`` unset) refuses loopback too."""
+    for url in ("http://127.0.0.1:9/h", "http://localhost/h", "http://[::1]/h"):
+        response = api.post("/webhooks", {"url": url, "events": ["*"]})
+        assert response.status_code == 422, url
+        assert "VANE_WEBHOOK_PRIVATE" in response.json()["error"]["details"][0]["message"]
+
+
+def test_changes_are_delivered_signed_and_a_500_is_retried_with_the_same_id(
+    hooks_api: Api,
+) -> None:
+    api = hooks_api
+    with receiving(SECRET) as receiver:
+        receiver.fail_next = 1
+        hook = create_hook(api, receiver, ["flag.*", "segment.created"])
+        assert api.post("/flags", {"key": "checkout"}).status_code == 201
+        api.post("/flags/checkout/environments/production/toggle", {"enabled": True})
+        api.post("/segments", {"key": "beta", "name": "Beta"})
+        api.post("/metrics", {"name": "Buys", "event": "buy", "aggregation": "count"})  # not asked
+        wanted = ["flag.created", "flag.toggled", "segment.created"]
+        eventually(lambda: receiver.types() == wanted, what=f"{wanted} delivered")
+        # the refused delivery's retry may come after the other two: wait for it too
+        eventually(
+            lambda: (
+                sum(1 for r in receiver.verified() if r.status == 500) == 1
+                and len(receiver.verified()) == len(wanted) + 1
+            ),
+            what="the refused delivery retried",
+        )
+        got = receiver.verified()
+        first = got[0]
+        assert first.status == 500
+        retried = [r for r in got if r.payload["id"] == first.payload["id"]]
+        assert [r.status for r in retried] == [500, 200]
+        assert retried[0].body == retried[1].body  # same payload, new signature time
+        toggled = next(p for p in receiver.unique().values() if p["type"] == "flag.toggled")
+        assert set(toggled) == {"id", "type", "createdAt", "data"}
+        assert toggled["data"]["resource"] == {"type": "flag", "key": "checkout"}
+        assert toggled["data"]["environment"] == "production"
+        assert toggled["data"]["after"] == {"enabled": True}
+        log = api.get(f"/webhooks/{hook['id']}/deliveries").json()
+        assert log["count"] == 3
+        by_id = {d["id"]: d for d in log["deliveries"]}
+        assert set(by_id) == set(receiver.unique())
+        failed_first = by_id[first.payload["id"]]
+        assert [a["statusCode"] for a in failed_first["log"]] == [500, 200]
+        assert failed_first["status"] == "delivered"
+        assert failed_first["attempts"] == 2
+        assert failed_first["nextAttemptAt"] is None
+
+        page = api.get(f"/webhooks/{hook['id']}/deliveries", params={"limit": 2}).json()
+        assert page["count"] == 2
+        rest = api.get(
+            f"/webhooks/{hook['id']}/deliveries", params={"limit": 2, "cursor": page["nextCursor"]}
+        ).json()
+        assert rest["nextCursor"] is None
+        assert [d["id"] for d in page["deliveries"] + rest["deliveries"]] == [
+            d["id"] for d in log["deliveries"]
+        ]
+        assert api.get(f"/webhooks/{hook['id']}/deliveries", params={"limit": 0}).status_code == 422
+        again = api.post(f"/webhooks/{hook['id']}/deliveries/{first.payload['id']}/redeliver")
+        assert again.status_code == 200, again.text
+        eventually(
+            lambda: sum(r.payload["id"] == first.payload["id"] for r in receiver.verified()) == 3,
+            what="redelivered",
+        )
+        assert receiver.types() == wanted  # de-duplicated by id: nothing new
+
+
+def test_a_disabled_webhook_gets_nothing_and_deliveries_stop_after_max_attempts(
+    hooks_api: Api,
+) -> None:
+    api = hooks_api
+    with receiving(SECRET) as receiver:
+        receiver.fail_all = True
+        hook = create_hook(api, receiver, ["flag.created"])
+        api.post("/flags", {"key": "one"})
+        # the default maximum is 8 attempts; backoff is capped at 0.5 s here
+        eventually(
+            lambda: [d["status"] for d in deliveries(api, hook)] == ["failed"],
+            timeout=30,
+            what="failed after its attempts",
+        )
+        (delivery,) = deliveries(api, hook)
+        assert delivery["attempts"] == 8
+        assert {a["statusCode"] for a in delivery["log"]} == {503}
+        assert delivery["lastError"] == "answered 503"
+        assert len(receiver.requests) == 8
+        receiver.fail_all = False
+        watcher = create_hook(api, receiver, ["flag.created"])  # sees what follows, not "one"
+        api.patch(f"/webhooks/{hook['id']}", {"enabled": False})
+        api.post("/flags", {"key": "two"})
+        eventually(
+            lambda: [d["status"] for d in deliveries(api, watcher)] == ["delivered"],
+            what="the enabled webhook got the change",
+        )
+        assert deliveries(api, watcher)[0]["data"]["resource"]["key"] == "two"
+        again = api.post(f"/webhooks/{hook['id']}/deliveries/{delivery['id']}/redeliver")
+        assert again.status_code == 200, again.text
+        assert again.json()["status"] == "pending"
+        assert again.json()["attempts"] == 0
+        api.patch(f"/webhooks/{hook['id']}", {"enabled": True})
+        eventually(
+            lambda: [d["status"] for d in deliveries(api, hook)] == ["delivered"],
+            what="redelivered once enabled again",
+        )
+        (delivery,) = deliveries(api, hook)  # the change made while disabled never came
+        assert delivery["data"]["resource"]["key"] == "one"
+        assert [a["statusCode"] for a in delivery["log"]][-2:] == [503, 200]
+        assert len(receiver.unique()) == 2
+
+
+def test_a_webhook_answers_its_version_and_refuses_a_stale_if_match(hooks_api: Api) -> None:
+    """Like every resource: ``ETag`` is the version, a write naming an older one is 412 with the
+    current version and changes nothing; without If-Match the write goes through."""
+    api = hooks_api
+    created = api.post("/webhooks", {"url": "https://example.com/h", "events": ["*"]})
+    hook = created.json()
+    assert (hook["version"], created.headers["etag"]) == (1, '"1"')
+    path = f"/webhooks/{hook['id']}"
+    first = api.patch(path, {"description": "one"}, headers={"If-Match": '"1"'})
+    assert first.status_code == 200, first.text
+    assert (first.json()["version"], first.headers["etag"]) == (2, '"2"')
+    stale = api.patch(path, {"description": "two"}, headers={"If-Match": '"1"'})
+    assert stale.status_code == 412
+    assert stale.json()["error"]["currentVersion"] == 2
+    assert api.get(path).json()["description"] == "one"
+    assert api.delete(path, headers={"If-Match": '"1"'}).status_code == 412
+    assert api.get(path).status_code == 200
+    assert api.patch(path, {"enabled": False}).json()["version"] == 3
+    assert api.delete(path, headers={"If-Match": '"3"'}).status_code == 200
