@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +43,12 @@ class PostgresDatabases:
 
     def __init__(self, admin_url: str) -> None:
         import psycopg
+        from psycopg.rows import TupleRow
 
         self.admin_url = admin_url
-        self._connect = lambda: psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+        self._connect: Callable[[], psycopg.Connection[TupleRow]] = lambda: psycopg.connect(
+            admin_url, autocommit=True, connect_timeout=3
+        )
         self._connect().close()  # psycopg.OperationalError: the server is not there
         self.prefix = f"vane_t{os.getpid()}_{uuid.uuid4().hex[:6]}"
         self.template = f"{self.prefix}_tpl"
@@ -101,12 +106,27 @@ def fresh_postgres(databases: PostgresDatabases | None) -> Iterator[str]:
         databases.drop(url)
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated SQLite file per test session, copied for each test (as PostgreSQL clones a
+    template database): the migrations run once, not once per test."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "vane.db"
+    migrate.upgrade(f"sqlite:///{path}")
+    with sqlite3.connect(path) as connection:  # everything in the main file before copying it
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(
-    request: pytest.FixtureRequest, tmp_path: Path, postgres_databases: PostgresDatabases | None
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    postgres_databases: PostgresDatabases | None,
+    sqlite_template: Path,
 ) -> Iterator[str]:
     """A new, empty, migrated database: a SQLite file, or a PostgreSQL database of its own."""
     if request.param == "sqlite":
+        shutil.copyfile(sqlite_template, tmp_path / "vane.db")
         yield f"sqlite:///{tmp_path / 'vane.db'}"
         return
     with fresh_postgres(postgres_databases) as url:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-VANE = [sys.executable, "-m", "control_plane.cli"]
+VANE = [sys.executable, "-P", "-m", "vane"]  # as the console script: no cwd on sys.path
 
 
 def free_port() -> int:

@@ -43,6 +43,7 @@ def test_negative_control_mean_keeps_the_sign_of_the_effect(engine: str) -> None
     assert c.difference == pytest.approx(150)
     assert c.ci_low is not None
     assert c.ci_high is not None
+    assert c.uplift is not None
     assert c.ci_low < c.uplift < c.ci_high
     assert c.significant
     assert excludes_zero_in_direction(c, +1)

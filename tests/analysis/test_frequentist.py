@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from scipy import stats
 
@@ -31,6 +33,8 @@ def _scipy_welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 )
 def test_welch_p_value_agrees_with_scipy(seed: int, n_c: int, n_t: int, kind: str) -> None:
     rng = np.random.default_rng(seed)
+    a: npt.NDArray[np.number[Any]]
+    b: npt.NDArray[np.number[Any]]
     if kind == "bernoulli":
         a, b = rng.binomial(1, 0.10, n_c), rng.binomial(1, 0.11, n_t)
     elif kind == "normal":

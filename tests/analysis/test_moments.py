@@ -71,7 +71,11 @@ def test_ratio_delta_method_matches_the_spread_of_replications() -> None:
     z = rng.poisson(1.5, size=(reps, n)) + 1
     y = rng.gamma(2.0 * z, 5.0)  # sum of z gamma(2, 5) values: mean grows with z
     ratios = y.sum(axis=1) / z.sum(axis=1)
-    se = [summarise(moments_from_values(y[i], z=z[i]), ratio=True).std_error for i in range(50)]
+    se: list[float] = []
+    for i in range(50):
+        std_error = summarise(moments_from_values(y[i], z=z[i]), ratio=True).std_error
+        assert std_error is not None
+        se.append(std_error)
     assert float(np.mean(se)) == pytest.approx(ratios.std(ddof=1), rel=0.06)
 
 

@@ -34,6 +34,7 @@ import sys
 import time
 import tracemalloc
 import venv
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -208,11 +209,12 @@ def provider_rows(bench: ModuleType, contexts: list[dict[str, str]], runs: int) 
         "floor": api.get_client("floor").get_boolean_value,
     }
     rows = []
-    for scenario, call, ctxs in [
+    scenarios: list[tuple[str, str, Sequence[object]]] = [
         ("s1-provider-direct", "direct(flag, c, False)", contexts),
         ("s1-openfeature", "vane(flag, False, c)", of_contexts),
         ("s1-openfeature-floor", "floor(flag, False, c)", of_contexts),
-    ]:
+    ]
+    for scenario, call, ctxs in scenarios:
         exec(bench.LOOPS.format(call=call, build="None", pre="pass"), namespace)
         times, trues = bench.timed(namespace["one"], ctxs, "flag-000", runs)
         rows.append(

@@ -33,7 +33,7 @@ def documented_snippet() -> str:
 
 
 def units_in(experiment: str, variant: str, count: int = 1) -> list[str]:
-    found = []
+    found: list[str] = []
     i = 0
     while len(found) < count:
         unit = f"{experiment}-u{i}"
@@ -442,7 +442,7 @@ def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any
         finally:
             ctx.close()
 
-    def expected(key: str, every: int) -> dict[str, tuple[int, int]]:
+    def expected_counts(key: str, every: int) -> dict[str, tuple[int, int]]:
         arms = [variant_of(key, u, TWO, [None, None]) for u in units]
         return {
             v: (arms.count(v), sum(1 for i, a in enumerate(arms) if a == v and i % every == 0))
@@ -452,10 +452,10 @@ def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any
     def counted(key: str, every: int) -> bool:
         results = site.api("GET", f"/experiments/{key}").json()["results"]
         got = {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]}
-        return got == expected(key, every)
+        return got == expected_counts(key, every)
 
-    eventually(lambda: counted("landing", 2), timeout=20, what="exposures and signups counted")
-    eventually(lambda: counted("landing-cta", 3), timeout=20, what="exposures and clicks counted")
+    eventually(lambda: counted("landing", 2), 60, "exposures and signups counted", every=0.5)
+    eventually(lambda: counted("landing-cta", 3), 60, "exposures and clicks counted", every=0.5)
     assert site.api("GET", "/experiments/landing").json()["exposed"] == len(units)
     for i in (0, 3):
         [purchase] = site.wait_stored(units[i], "purchase")

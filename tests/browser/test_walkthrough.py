@@ -83,12 +83,14 @@ def test_the_documented_walkthrough(site: Site, browser: Any) -> None:
 
     eventually(
         lambda: results(reads[0]) == expected(1, "headline"),
-        timeout=20,
+        timeout=60,
+        every=0.5,
         what="the headline's exposures and purchases",
     )
     eventually(
         lambda: results(reads[1]) == expected(2, "buy-button"),
-        timeout=20,
+        timeout=60,
+        every=0.5,
         what="the button's exposures and clicks",
     )
     for i in (0, 2):

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 from openfeature import api
 from openfeature.evaluation_context import EvaluationContext
 from openfeature.event import EventDetails, ProviderEvent
+from openfeature.flag_evaluation import FlagEvaluationDetails
 
 from shared.client import VaneProvider
 
@@ -39,7 +41,7 @@ for event in ProviderEvent:
 api.set_provider_and_wait(provider)
 client = api.get_client()
 
-GETTERS = {
+GETTERS: dict[str, tuple[Callable[..., FlagEvaluationDetails[Any]], Any]] = {
     "boolean": (client.get_boolean_details, False),
     "string": (client.get_string_details, ""),
     "integer": (client.get_integer_details, 0),

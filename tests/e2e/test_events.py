@@ -80,7 +80,8 @@ def test_relay_intake_paths_land_in_the_one_store(tmp_path: Path) -> None:
         )
 
         def arrived() -> bool:
-            return cp.api("GET", "/events/stats").json()["total"] == 3
+            total: int = cp.api("GET", "/events/stats").json()["total"]
+            return total == 3
 
         eventually(arrived, what="relay forwarded the events")
         events = {e["event"]: e for e in cp.api("GET", "/events").json()["events"]}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import schemathesis
@@ -25,12 +25,16 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from control_plane.app import create_app
 from control_plane.settings import Settings
 from relay import openapi as relay_openapi
 from tests.e2e.test_relays import ControlPlane, start_control_plane, start_relay
 from tests.e2e.test_untrusted import Site
+
+if TYPE_CHECKING:  # schemathesis defines the alias for type checkers only
+    from schemathesis.specs.openapi.schemas import OpenApiCase
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -65,7 +69,7 @@ BOUNDED = settings(
 """Per operation: 25 examples, the same ones every run, so the fuzz stays minutes in CI."""
 
 
-def fuzzed(document: dict[str, Any]) -> Any:
+def fuzzed(document: dict[str, Any]) -> OpenApiSchema:
     """A schemathesis schema of ``document`` generating valid and invalid requests."""
     loaded = schemathesis.openapi.from_dict(document)
     loaded.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
@@ -78,7 +82,7 @@ schema = fuzzed(openapi_document())
 @schema.parametrize()
 @BOUNDED
 def test_no_operation_answers_5xx_or_off_its_schema(
-    case: schemathesis.Case, control_plane: ControlPlane
+    case: OpenApiCase, control_plane: ControlPlane
 ) -> None:
     headers = {"Authorization": f"Bearer {control_plane.keys['management']}"}
     case.call_and_validate(base_url=control_plane.url, headers=headers, checks=CHECKS, timeout=30)
@@ -129,7 +133,7 @@ relay_schema = fuzzed(json.loads(relay_openapi.document()))
 @relay_schema.parametrize()
 @BOUNDED
 def test_no_relay_operation_answers_5xx_or_off_its_schema(
-    case: schemathesis.Case, relay_site: Site
+    case: OpenApiCase, relay_site: Site
 ) -> None:
     browser = case.path.startswith(("/sdk/", "/ofrep/"))
     headers = {**relay_site.auth("public" if browser else "server")}

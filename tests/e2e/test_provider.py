@@ -50,7 +50,7 @@ def random_flags(rng: random.Random, count: int) -> list[dict[str, Any]]:
         n = len(values)
         rules = []
         for _ in range(rng.randint(0, 3)):
-            clause = rng.choice(
+            clause: dict[str, Any] = rng.choice(
                 [
                     {"attribute": "plan", "op": "in", "values": rng.sample(PLANS, 2)},
                     {"attribute": "country", "op": "in", "values": rng.sample(COUNTRIES, 2)},
@@ -264,8 +264,9 @@ def test_a_provider_can_follow_the_control_plane_directly(stack: Stack) -> None:
     )
     try:
         context = {"targetingKey": "acct-5"}
-        before = provider.evaluate("kill-switch", context, None)
+        before: bool | None = provider.evaluate("kill-switch", context, None)
         assert before == _relay_answer(stack, "kill-switch", context)["value"]
+        assert before is not None
         stack.api(
             "POST", "/flags/kill-switch/environments/production/toggle", {"enabled": not before}
         )

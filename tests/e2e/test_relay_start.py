@@ -3,6 +3,9 @@ and the compose file's ordering."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +96,103 @@ def test_the_compose_file_starts_in_order_and_keeps_relay_data() -> None:
         assert "--key" not in command
         data = command[command.index("--data-dir") + 1]
         assert any(volume.endswith(f":{data}") for volume in services[relay]["volumes"])
+
+
+def console_script() -> list[str]:
+    """``vane`` as the installed console script runs it: the entry point ``pyproject.toml``
+    declares, imported without the working directory on ``sys.path`` (``-P``)."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    module, function = pyproject["project"]["scripts"]["vane"].split(":")
+    code = f"import sys; from {module} import {function}; sys.exit({function}())"
+    return [sys.executable, "-P", "-c", code]
+
+
+def test_vane_relay_serves_the_package_from_a_directory_holding_another_relay(
+    tmp_path: Path,
+) -> None:
+    """A relay started where a folder named ``relay`` lies about (an application's own package,
+    which is also where it keeps the relay's data) still runs Vane's relay, not that folder."""
+    theirs = tmp_path / "relay"
+    theirs.mkdir()
+    (theirs / "__init__.py").write_text('raise SystemExit("imported the wrong relay package")\n')
+    port = free_port()
+    relay = Process(
+        [
+            *console_script(),
+            "relay",
+            "--upstream",
+            f"http://127.0.0.1:{free_port()}",  # nothing there: the relay serves and says stale
+            "--port",
+            str(port),
+            "--data-dir",
+            str(theirs / "data"),
+        ],
+        env={"VANE_RELAY_KEY": "rsk_live_not_checked_until_upstream_answers"},
+        cwd=tmp_path,
+    )
+    try:
+        assert wait_http_ok(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        assert "wrong relay" not in relay.output
+    finally:
+        relay.stop()
+
+
+def test_a_relay_process_loads_nothing_of_the_control_plane() -> None:
+    """What ``vane relay`` imports to serve: the relay, ``shared`` and their libraries only."""
+    code = (
+        "import sys; import vane.cli, relay.cli, relay.app; "
+        "print(' '.join(sorted({name.split('.')[0] for name in sys.modules})))"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    assert {"relay", "shared"} <= loaded
+    assert not loaded & {"control_plane", "sqlalchemy", "litestar", "scipy", "alembic", "psycopg"}
+
+
+def test_a_relay_with_two_workers_serves_and_gives_each_its_own_spool(tmp_path: Path) -> None:
+    control_plane = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
+    port = free_port()
+    relay = Process(
+        [
+            *VANE,
+            "relay",
+            "--upstream",
+            control_plane.url,
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "relay"),
+            "--workers",
+            "2",
+        ],
+        env={"VANE_RELAY_KEY": control_plane.keys["relay"]},
+    )
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz")
+        assert control_plane.api("POST", "/flags", {"key": "both"}).status_code == 201
+        events = {"events": [{"event": "signup", "unit": "u-1"}]}
+        for _ in range(8):  # connections land on either worker
+            sent = httpx.post(
+                f"http://127.0.0.1:{port}/sdk/v1/events",
+                json=events,
+                headers={"Authorization": f"Bearer {control_plane.keys['public']}"},
+            )
+            assert sent.status_code in (200, 202), sent.text
+        eventually(lambda: (tmp_path / "relay" / "spool-2").is_dir(), what="a second spool")
+        assert (tmp_path / "relay" / "spool").is_dir()
+        for _ in range(8):  # a stream URL signed by one worker opens on either
+            bulk = httpx.post(
+                f"http://127.0.0.1:{port}/ofrep/v1/evaluate/flags",
+                json={"context": {"targetingKey": "u-1"}},
+                headers={"Authorization": f"Bearer {control_plane.keys['public']}"},
+            )
+            assert bulk.status_code == 200, bulk.text
+            url = bulk.json()["eventStreams"][0]["url"]
+            with httpx.stream("GET", url, timeout=10) as stream:
+                assert stream.status_code == 200
+    finally:
+        relay.stop()
+        control_plane.process.stop()

@@ -93,7 +93,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 
 def units_in(experiment: str, variant: str, count: int, variants: list[str]) -> list[str]:
-    found = []
+    found: list[str] = []
     i = 0
     while len(found) < count:
         unit = f"{experiment}-unit-{i}"
