@@ -126,7 +126,30 @@ _SCHEMAS: dict[str, Any] = {
     "Selectors": {
         "type": "object",
         "required": ["selectors"],
-        "properties": {"selectors": {"type": "array", "items": {"type": "string"}}},
+        "properties": {
+            "selectors": {"type": "array", "items": {"type": "string"}},
+            "experiments": {
+                "description": "with ?unit=: the page's experiments with the unit's variant, "
+                "as POST /sdk/v1/experiments lists them with expose: false",
+                "type": "array",
+                "items": {"$ref": "#/components/schemas/PageExperiment"},
+            },
+        },
+    },
+    "PageExperiment": {
+        "type": "object",
+        "required": ["key", "type", "variant", "goal", "content"],
+        "properties": {
+            "key": {"type": "string"},
+            "type": {"enum": ["element", "cta"]},
+            "variant": {"type": "string"},
+            "goal": {"type": "string"},
+            "content": {"type": "string"},
+            "selector": {"type": "string"},
+            "href": {"type": "string"},
+            "bg": {"type": "string"},
+            "color": {"type": "string"},
+        },
     },
     "Experiments": {
         "type": "object",
@@ -134,21 +157,7 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "experiments": {
                 "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["key", "type", "variant", "goal", "content"],
-                    "properties": {
-                        "key": {"type": "string"},
-                        "type": {"enum": ["element", "cta"]},
-                        "variant": {"type": "string"},
-                        "goal": {"type": "string"},
-                        "content": {"type": "string"},
-                        "selector": {"type": "string"},
-                        "href": {"type": "string"},
-                        "bg": {"type": "string"},
-                        "color": {"type": "string"},
-                    },
-                },
+                "items": {"$ref": "#/components/schemas/PageExperiment"},
             }
         },
     },
@@ -291,7 +300,8 @@ def _vane_paths() -> dict[str, Any]:
     paths["/sdk/v1/selectors"] = {
         "get": {
             "summary": "The CSS selectors of the element and cta experiments running on a page, "
-            "which the tracker hides until it has applied them (public key, also as ?key=)",
+            "which the tracker hides until it has applied them, and with ?unit= the unit's "
+            "variants there (public key, also as ?key=)",
             "security": _PUBLIC,
             "parameters": [
                 {"name": "key", "in": "query", "required": False, "schema": {"type": "string"}},
@@ -300,6 +310,13 @@ def _vane_paths() -> dict[str, Any]:
                     "in": "query",
                     "required": False,
                     "schema": {"type": "string", "maxLength": 2048},
+                },
+                {
+                    "name": "unit",
+                    "in": "query",
+                    "required": False,
+                    "description": "also answer the unit's variants (experiments)",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
                 },
             ],
             "responses": {

@@ -37,6 +37,7 @@ from shared.wire.events import convert_problem
 from shared.wire.snapshot import ExperimentSnapshot
 
 SEEN_LIMIT = 200_000
+MAX_UNIT = 200
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True):
@@ -108,8 +109,8 @@ class ExperimentRoutes:
             return invalid([(field or "body", message)], headers)
         except MalformedBody as exc:
             return malformed(exc, headers)
-        if not body.unit.strip() or len(body.unit) > 200:
-            return invalid([("unit", "1 to 200 characters")], headers)
+        if not body.unit.strip() or len(body.unit) > MAX_UNIT:
+            return invalid([("unit", f"1 to {MAX_UNIT} characters")], headers)
         return admitted, body
 
     def _exposure(
@@ -145,10 +146,8 @@ class ExperimentRoutes:
         now = time.time_ns() // 1_000_000
         running = []
         exposures = []
-        for experiment in admission.state.snapshot.experiments.values():
-            if experiment.type == "manual" or not url_matches(experiment.url, body.url):
-                continue  # manual experiments have no effect on a page: assigned on request
-            index = choose_variant(experiment.key, body.unit, _bounds(experiment))
+        for experiment in on_page(admission.state.snapshot.experiments.values(), body.url):
+            index = variant_index(experiment, body.unit)
             running.append(render(experiment, index))
             if body.expose:
                 exposure = self._exposure(experiment, body.unit, index, body.url, now)
@@ -173,7 +172,7 @@ class ExperimentRoutes:
             reason = "the experiment does not run on this url"
             answer = _assignment(key, control.key, False, reason, control.content)
         else:
-            index = choose_variant(experiment.key, body.unit, _bounds(experiment))
+            index = variant_index(experiment, body.unit)
             variant = experiment.variants[index]
             now = time.time_ns() // 1_000_000
             exposure = self._exposure(experiment, body.unit, index, body.url, now)
@@ -182,8 +181,14 @@ class ExperimentRoutes:
         return Response(200, msgspec.json.encode(answer), admission.headers)
 
 
-def _bounds(experiment: ExperimentSnapshot) -> tuple[int, ...]:
-    return thresholds([v.weight for v in experiment.variants])
+def on_page(experiments: Iterable[ExperimentSnapshot], url: str | None) -> list[ExperimentSnapshot]:
+    """The experiments that change a page at ``url``: element and cta experiments running there
+    (manual experiments have no effect on a page: they are assigned on request)."""
+    return [e for e in experiments if e.type != "manual" and url_matches(e.url, url)]
+
+
+def variant_index(experiment: ExperimentSnapshot, unit: str) -> int:
+    return choose_variant(experiment.key, unit, thresholds([v.weight for v in experiment.variants]))
 
 
 def _assignment(

@@ -4,12 +4,15 @@
   with a strong ``ETag`` (304 on ``If-None-Match``), ``Cache-Control`` and a gzip copy for
   ``Accept-Encoding: gzip``. The script takes the relay's base URL from its own ``src`` and the
   public key from ``data-key``.
-- ``GET /sdk/v1/selectors?key=pk_…&url=…`` (public key in the query, so the request is a CORS
-  "simple" request without a preflight): ``{"selectors": [...]}``, the CSS selectors of the
-  element and cta experiments running on ``url``. The script loads this synchronously while the
-  ``<head>`` is parsed, so it can hide exactly those elements before the body paints (see
-  ``docs/browser.md``, "Anti-flicker"). Nothing here is per unit: the answer is the same for
-  every visitor of a page and is cached by the browser (``max-age``) and revalidated by ETag.
+- ``GET /sdk/v1/selectors?key=pk_…&url=…[&unit=…]`` (public key in the query, so the request is
+  a CORS "simple" request without a preflight): ``{"selectors": [...]}``, the CSS selectors of the
+  element and cta experiments running on ``url``, and with ``unit`` also ``"experiments"``: those
+  experiments with the unit's variant and what to render, as ``POST /sdk/v1/experiments`` lists
+  them with ``expose: false`` (nothing is recorded: the tracker exposes what it shows). The
+  script loads this synchronously while the ``<head>`` is parsed, so it hides exactly those
+  elements and swaps each one as the parser inserts it, before the body paints (see
+  ``docs/browser.md``, "Anti-flicker"). The answer is cached by the browser (``max-age``, per
+  URL and so per unit) and revalidated by ETag.
 - ``GET /sdk/v1/vane.d.ts``: the script's TypeScript declarations, served like the script.
 """
 
@@ -18,12 +21,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 from importlib import resources
+from typing import Any
 
 import msgspec
 
 from relay.http import Request, Response, Router, vane_error, vane_error_body
 from relay.routes.admission import Admission, Browser
-from shared.engine.experiments import url_matches
+from relay.routes.experiments import MAX_UNIT, on_page, render, variant_index
 
 SCRIPT_PATH = "/sdk/v1/vane.js"
 TYPES_PATH = "/sdk/v1/vane.d.ts"
@@ -88,20 +92,20 @@ class Selectors:
             message = f"at most {MAX_URL} characters"
             body = vane_error(422, f"url: {message}", details=(("url", message),))
             return Response(422, body, admitted.headers)
-        selectors = sorted(
-            {
-                experiment.selector
-                for experiment in admitted.state.snapshot.experiments.values()
-                if experiment.type != "manual"
-                and experiment.selector
-                and url_matches(experiment.url, url)
-            }
-        )
+        unit = request.query("unit")
+        if unit is not None and not 0 < len(unit.strip()) <= len(unit) <= MAX_UNIT:
+            message = f"1 to {MAX_UNIT} characters"
+            body = vane_error(422, f"unit: {message}", details=(("unit", message),))
+            return Response(422, body, admitted.headers)
         etag = admitted.state.etag.encode()
         headers = [*admitted.headers, (b"cache-control", SELECTORS_CACHE), (b"etag", etag)]
         if _etag_matches(request.headers.get(b"if-none-match"), etag):
             return Response(304, b"", headers)
-        return Response(200, msgspec.json.encode({"selectors": selectors}), headers)
+        page = on_page(admitted.state.snapshot.experiments.values(), url)
+        answer: dict[str, Any] = {"selectors": sorted({e.selector for e in page if e.selector})}
+        if unit is not None:
+            answer["experiments"] = [render(e, variant_index(e, unit)) for e in page]
+        return Response(200, msgspec.json.encode(answer), headers)
 
 
 def register(router: Router, browser: Browser, script: Script | None = None) -> None:

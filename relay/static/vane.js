@@ -135,17 +135,18 @@
     else d.adoptedStyleSheets = d.adoptedStyleSheets.filter((s) => s !== sheet);
     sheet = null;
   };
-  const selectors = () => {
-    if (!consent || !KEY || d.readyState !== "loading") return [];
+  const prefetch = () => { // {selectors, experiments}: the page's experiments for this unit
+    if (!consent || !KEY || d.readyState !== "loading") return {};
     try {
       const x = new XMLHttpRequest(); // synchronous on purpose: see docs/browser.md
-      const q = "?key=" + encodeURIComponent(KEY) + "&url=" + encodeURIComponent(here());
+      const q = "?key=" + encodeURIComponent(KEY) + "&url=" + encodeURIComponent(here()) +
+        "&unit=" + encodeURIComponent(unit);
       x.open("GET", BASE + "/sdk/v1/selectors" + q, false);
       x.send();
-      return x.status === 200 ? JSON.parse(x.responseText).selectors || [] : [];
+      return x.status === 200 ? JSON.parse(x.responseText) : {};
     } catch (e) {
       log(e);
-      return [];
+      return {};
     }
   };
   const expose = (key) =>
@@ -203,12 +204,13 @@
       mo = null;
     }, OBSERVE_MS);
   };
+  const run = (experiments) => {
+    running = experiments || [];
+    restore(new Set(running.map((x) => x.key + ":" + x.variant)));
+    apply();
+  };
   const loadExperiments = () =>
-    post("/sdk/v1/experiments", { unit, url: here(), expose: false }).then((r) => {
-      running = r.experiments || [];
-      restore(new Set(running.map((x) => x.key + ":" + x.variant)));
-      apply();
-    });
+    post("/sdk/v1/experiments", { unit, url: here(), expose: false }).then((r) => run(r.experiments));
   d.addEventListener("click", guard((e) => {
     const t = e.target;
     if (!t || !t.closest) return;
@@ -304,9 +306,20 @@
 
   // ----------------------------------------------------------------------------- lifecycle
   let booting = Promise.resolve();
-  const boot = () => {
+  const parsed = () =>
+    new Promise((r) => (d.readyState === "loading" ? d.addEventListener("DOMContentLoaded", r) : r()));
+  const settled = () => {
+    unhide();
+    try { performance.mark("vane:applied"); } catch (_) { /* no user timing */ }
+  };
+  const boot = (known) => {
     observe();
-    const work = Promise.all([loadFlags().catch(log), loadExperiments().catch(log).then(unhide)]);
+    let done = loadExperiments().catch(log); // with a (browser-cached) answer: brings it up to date
+    if (known) { // the parser inserts the targeted elements after this: each is swapped as it comes
+      run(known);
+      done = parsed().then(guard(apply));
+    }
+    const work = Promise.all([loadFlags().catch(log), done.then(settled)]);
     booting = Promise.race([work, sleep(Math.max(BOUND, 3000))]);
     return booting;
   };
@@ -380,8 +393,9 @@
     if (!KEY) throw new Error("the script tag needs data-key=\"pk_...\"");
     if (consent) {
       remember();
-      hide(selectors());
-      boot();
+      const page = prefetch();
+      hide(page.selectors || []);
+      boot(page.experiments);
       d.addEventListener("DOMContentLoaded", observe);
       if (queue.length) flush();
     }

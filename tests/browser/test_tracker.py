@@ -112,6 +112,23 @@ def test_element_swap_per_variant_without_painting_the_original(site: Site, cont
     assert page.text_content("#hero h1") == "Original headline"  # not running on this url
 
 
+def test_the_variant_is_in_place_when_parsing_ends(site: Site, context: Any) -> None:
+    element_experiment(site, "parsed", "/parsed", "#hero h1")
+    [treatment] = units_in("parsed", "treatment")
+    context.add_init_script(
+        """document.addEventListener("DOMContentLoaded", () => requestAnimationFrame(() => {
+          const el = document.querySelector("#hero h1");  // the first frame after parsing
+          window.__atParsed = [el.textContent, getComputedStyle(el).visibility];
+        }));"""
+    )
+    body = '<div id="hero"><h1>Original headline</h1></div>' + "<p>filler</p>" * 2000
+    page = context.new_page()
+    page.goto(site.page("/parsed", body, unit=treatment))
+    assert page.evaluate("window.__atParsed") == ["Brand new headline", "visible"]
+    assert page.evaluate("vane.ready().then(() => 'settled')") == "settled"
+    assert page.evaluate("performance.getEntriesByName('vane:applied').length") == 1
+
+
 def test_cta_swap_and_click_sends_the_goal(site: Site, context: Any) -> None:
     site.experiment(
         {
@@ -508,38 +525,58 @@ def test_the_session_rolls_after_thirty_minutes_of_inactivity(site: Site, contex
     assert sessions["third"] != sessions["first"]
 
 
-def test_a_relay_that_does_not_answer_hides_nothing_beyond_the_bound(
-    site: Site, context: Any
-) -> None:
+VISIBILITY_PER_FRAME = """window.__frames = [];
+(function frame() { requestAnimationFrame(() => {
+  const el = document.getElementById("stuck");
+  if (el) window.__frames.push([getComputedStyle(el).visibility, el.textContent]);
+  frame(); }); })();"""
+
+
+def test_a_relay_that_does_not_answer_hides_nothing(site: Site, context: Any) -> None:
     element_experiment(site, "stuck", "/stuck", "#stuck")
     [unit] = units_in("stuck", "treatment")
     held: list[Any] = []
-    # the selectors arrive, the variants never do
+    context.route(f"{site.relay.url}/sdk/v1/selectors?**", lambda route: route.abort())
     context.route(f"{site.relay.url}/sdk/v1/experiments?**", lambda route: held.append(route))
-    context.add_init_script(
-        """window.__frames = [];
-        (function frame() { requestAnimationFrame(() => {
-          const el = document.getElementById("stuck");
-          if (el) window.__frames.push(getComputedStyle(el).visibility);
-          frame(); }); })();"""
-    )
+    context.add_init_script(VISIBILITY_PER_FRAME)
+    page = context.new_page()
+    url = site.page("/stuck", '<h1 id="stuck">Original</h1><p id="other">x</p>', unit=unit)
+    page.goto(url)
+    assert page.evaluate("vane.ready().then(() => 'settled')") == "settled"
+    frames = page.evaluate("window.__frames")
+    assert frames
+    assert all(frame == ["visible", "Original"] for frame in frames)
+    assert held  # the variants were asked for, and never came
+    context.unroute(f"{site.relay.url}/sdk/v1/selectors?**")
+    context.unroute(f"{site.relay.url}/sdk/v1/experiments?**")
+
+
+def test_a_page_slow_to_finish_parsing_shows_its_variant_after_the_bound(
+    site: Site, context: Any
+) -> None:
+    element_experiment(site, "slow-page", "/slow-page", "#stuck")
+    [unit] = units_in("slow-page", "treatment")
+    held: list[Any] = []
+    # a parser-blocking script at the end of the body keeps DOMContentLoaded away
+    context.route("**/never.js", lambda route: held.append(route))
+    context.add_init_script(VISIBILITY_PER_FRAME)
     page = context.new_page()
     url = site.page(
-        "/stuck",
-        '<h1 id="stuck">Original</h1><p id="other">x</p>',
+        "/slow-page",
+        '<h1 id="stuck">Original</h1><p id="other">x</p><script src="/never.js"></script>',
         unit=unit,
         anti_flicker_ms="300",
     )
-    page.goto(url)
-    assert page.is_visible("#other")
+    page.goto(url, wait_until="commit")
+    page.wait_for_selector("#other", state="visible")
     page.wait_for_selector("#stuck", state="visible", timeout=5000)  # shown after the bound
     frames = page.evaluate("window.__frames")
-    assert frames[0] == "hidden"  # hidden from the first frame while the variants were awaited
-    assert frames[-1] == "visible"
-    assert page.text_content("#stuck") == "Original"
-    assert page.evaluate("vane.ready().then(() => 'settled')") == "settled"
-    assert held  # the request was indeed held
-    context.unroute(f"{site.relay.url}/sdk/v1/experiments?**")
+    assert frames[0][0] == "hidden"  # hidden from the first frame while the page was parsed
+    assert frames[-1] == ["visible", "Brand new headline"]
+    assert ["visible", "Original"] not in frames  # the original was never shown
+    assert page.evaluate("document.readyState") == "loading"
+    assert held
+    context.unroute("**/never.js")
 
 
 def test_no_event_is_lost_when_more_is_queued_than_a_beacon_carries(

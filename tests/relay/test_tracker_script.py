@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from relay.routes.tracker import script_source
+from shared.engine.experiments import variant_of
 from shared.wire.snapshot import ExperimentSnapshot, ExperimentVariant
 from tests.relay.helpers import PUBLIC, SERVER, Relay, build_snapshot, make_relay
 
@@ -100,6 +101,29 @@ async def test_selectors_of_the_experiments_running_on_a_page() -> None:
     assert about.json() == {"selectors": ["#about", ".buy"]}
     assert home.json() == {"selectors": [".buy"]}
     assert cached.status_code == 304
+
+
+async def test_with_a_unit_the_answer_carries_the_units_variants() -> None:
+    relay = make_relay()
+    _with_experiments(relay)
+    query = f"/sdk/v1/selectors?key={PUBLIC}&url=/pricing/team&unit="
+    units = [f"visitor-{i}" for i in range(40)]
+    async with relay.client() as client:
+        answers = [(await client.get(query + unit)).json() for unit in units]
+        empty = await client.get(query + "%20")
+        long = await client.get(query + "u" * 201)
+    for unit, answer in zip(units, answers, strict=True):
+        assert answer["selectors"] == ["#hero h1", ".buy"]
+        assert [(x["key"], x["type"], x["selector"], x["goal"]) for x in answer["experiments"]] == [
+            ("hero", "element", "#hero h1", "cta_click"),
+            ("buy", "cta", ".buy", "cta_click"),
+        ]
+        for x in answer["experiments"]:
+            variant = variant_of(x["key"], unit, ["control", "treatment"], [None, None])
+            assert (x["variant"], x["content"]) == (variant, "New" if variant == "treatment" else "")
+    assert {x["variant"] for a in answers for x in a["experiments"]} == {"control", "treatment"}
+    assert empty.status_code == long.status_code == 422
+    assert long.json()["error"]["details"] == [{"field": "unit", "message": "1 to 200 characters"}]
 
 
 async def test_selectors_need_a_public_key() -> None:
