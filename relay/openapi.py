@@ -202,7 +202,13 @@ _SCHEMAS: dict[str, Any] = {
                 "minItems": 1,
                 "maxItems": events.MAX_BATCH,
                 "items": _ref("Event"),
-            }
+            },
+            "sentAt": {
+                "type": "integer",
+                "minimum": events.EARLIEST_TS,
+                "description": "the sender's clock (epoch ms) when it sent the batch: each ts "
+                "is read on that clock and moved onto the relay's",
+            },
         },
     },
     "Ack": {

@@ -270,13 +270,13 @@
       }
       const url = BASE + "/sdk/v1/events?key=" + encodeURIComponent(KEY);
       let sent = false;
-      try { sent = navigator.sendBeacon(url, JSON.stringify({ events: batch })); } catch (_) { /* none */ }
+      try { sent = navigator.sendBeacon(url, JSON.stringify({ events: batch, sentAt: Date.now() })); } catch (_) { /* none */ }
       if (sent) {
         queue = queue.slice(batch.length); // the rest waits for the next page view
         save();
       } else { // kept until acknowledged: a resend on the next page view is counted once
         const ids = new Set(batch.map((e) => e.eventId));
-        post("/sdk/v1/events", { events: batch }, true).then(() => {
+        post("/sdk/v1/events", { events: batch, sentAt: Date.now() }, true).then(() => {
           queue = queue.filter((e) => !ids.has(e.eventId));
           save();
         }, log);
@@ -291,7 +291,7 @@
       save();
     };
     sending = 1;
-    post("/sdk/v1/events", { events: batch }, true)
+    post("/sdk/v1/events", { events: batch, sentAt: Date.now() }, true)
       .then(done, (e) => {
         if (e.status >= 400 && e.status < 500 && e.status !== 429) done(); // never resendable
         log(e);

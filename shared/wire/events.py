@@ -167,8 +167,11 @@ def convert_problem(prefix: str, exc: msgspec.ValidationError) -> Problem:
     return (f"{prefix}{path}".rstrip("."), message)
 
 
-def parse_batch(raw_items: Sequence[Any], now_ms: int) -> tuple[list[EventIn], list[Problem]]:
-    """Items checked one by one; any problem means the caller refuses the whole batch."""
+def parse_batch(
+    raw_items: Sequence[Any], now_ms: int, shift_ms: int = 0
+) -> tuple[list[EventIn], list[Problem]]:
+    """Items checked one by one (each ``ts`` first moved by ``shift_ms``, see ``decode_batch``);
+    any problem means the caller refuses the whole batch."""
     if not raw_items:
         return [], [("events", f"send 1 to {MAX_BATCH} events")]
     if len(raw_items) > MAX_BATCH:
@@ -182,20 +185,42 @@ def parse_batch(raw_items: Sequence[Any], now_ms: int) -> tuple[list[EventIn], l
         except msgspec.ValidationError as exc:
             problems.append(convert_problem(prefix, exc))
             continue
+        _shift(item, shift_ms, now_ms)
         problems.extend(check_event(item, now_ms, prefix))
         items.append(item)
     return items, problems
 
 
-class EventBatch(msgspec.Struct, forbid_unknown_fields=True):
+def _clock_shift(sent_at: Any, now_ms: int) -> tuple[int, list[Problem]]:
+    """How far the receiver's clock is ahead of the sender's: ``now_ms - sentAt``."""
+    if sent_at is None:
+        return 0, []
+    if type(sent_at) is not int or sent_at < EARLIEST_TS:
+        message = "epoch milliseconds by the sender's clock, when the batch was sent"
+        return 0, [("sentAt", message)]
+    return now_ms - sent_at, []
+
+
+def _shift(item: EventIn, shift_ms: int, now_ms: int) -> None:
+    if shift_ms and item.ts is not None and item.ts >= EARLIEST_TS:
+        item.ts = min(item.ts + shift_ms, now_ms)  # nothing happened after it was sent
+
+
+class EventBatch(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    """``sentAt``: the sender's clock when it sent the batch. Given, each ``ts`` is read on that
+    clock and moved onto the receiver's (a browser's clock may be minutes off the relay's, which
+    stamps exposures: a purchase must not land before the exposure that led to it)."""
+
     events: list[EventIn]
+    sent_at: int | None = None
 
 
 _batch_decoder: msgspec.json.Decoder[EventBatch] = msgspec.json.Decoder(EventBatch, strict=True)
 
 
-class _LooseBatch(msgspec.Struct, forbid_unknown_fields=True):
+class _LooseBatch(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     events: list[Any]
+    sent_at: Any = None
 
 
 _loose_decoder: msgspec.json.Decoder[_LooseBatch] = msgspec.json.Decoder(_LooseBatch, strict=True)
@@ -216,17 +241,24 @@ def decode_batch(raw: bytes, now_ms: int) -> tuple[list[EventIn], list[Problem]]
     on its own, so that every bad item is named. ``body.MalformedBody`` for a body that is not
     JSON."""
     try:
-        items = body.decode(raw, _batch_decoder).events
+        batch = body.decode(raw, _batch_decoder)
     except msgspec.ValidationError:
         try:
             loose = body.decode(raw, _loose_decoder)
         except msgspec.ValidationError as exc:
             return [], [convert_problem("", exc)]
-        return parse_batch(loose.events, now_ms)
+        shift, problems = _clock_shift(loose.sent_at, now_ms)
+        if problems:
+            return [], problems
+        return parse_batch(loose.events, now_ms, shift)
+    items = batch.events
+    shift, problems = _clock_shift(batch.sent_at, now_ms)
+    if problems:
+        return [], problems
     if not items or len(items) > MAX_BATCH:
-        return parse_batch(items, now_ms)
-    problems: list[Problem] = []
+        return parse_batch(items, now_ms, shift)
     for index, item in enumerate(items):
+        _shift(item, shift, now_ms)
         found = check_event(item, now_ms, f"events[{index}].")
         if found:
             problems.extend(found)

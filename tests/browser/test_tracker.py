@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -477,6 +478,34 @@ def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any
     for i in (0, 3):
         [purchase] = site.wait_stored(units[i], "purchase")
         assert (purchase["value"], purchase["currency"]) == (4999, "EUR")
+
+
+def test_a_visitor_whose_clock_is_ten_minutes_slow_still_converts(site: Site, context: Any) -> None:
+    element_experiment(site, "skewed", "/skewed", "#pitch", goal="skew-signup")
+    context.add_init_script("{ const now = Date.now; Date.now = () => now() - 600000; }")
+    body = (
+        '<h1 id="pitch">Original pitch</h1><button id="signup">Sign up</button><script>'
+        "document.getElementById('signup').onclick = () => vane.track('skew-signup');</script>"
+    )
+    before = time.time() * 1000
+    page = context.new_page()
+    page.goto(site.page("/skewed", body))
+    page.evaluate("vane.ready()")
+    unit = page.evaluate("vane.unit")
+    page.click("#signup")
+    page.close()
+    [signup] = site.wait_stored(unit, "skew-signup")
+    after = time.time() * 1000
+    assert before <= signup["ts"] <= after  # on the relay's clock, not the page's
+    arm = variant_of("skewed", unit, TWO, [None, None])
+
+    def counted() -> bool:
+        results = site.api("GET", "/experiments/skewed").json()["results"]
+        return {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]} == {
+            v: (1, 1) if v == arm else (0, 0) for v in TWO
+        }
+
+    eventually(counted, 60, "the exposure and the signup after it", every=0.5)
 
 
 def test_the_api_is_what_the_type_declarations_say(site: Site, context: Any) -> None:

@@ -63,6 +63,27 @@ def test_relay_intake_paths_land_in_the_one_store(tmp_path: Path) -> None:
         )
         assert beacon.status_code == 200, beacon.text
         assert beacon.headers["access-control-allow-origin"] == "https://shop.example"
+        public = {"Authorization": f"Bearer {cp.keys['public']}"}
+        behind = int(time.time() * 1000) - 3_600_000  # a browser whose clock is an hour slow
+        sent_at = time.time() * 1000
+        skewed = httpx.post(
+            f"{relay.url}/sdk/v1/events",
+            json={
+                "events": [{"unit": "visitor-9", "event": "late", "ts": behind - 5000}],
+                "sentAt": behind,
+            },
+            headers=public,
+        )
+        assert skewed.status_code == 200, skewed.text
+        received_by = time.time() * 1000
+        for bad_sent_at in (17, "now", 1.5):
+            refused = httpx.post(
+                f"{relay.url}/sdk/v1/events",
+                json={"events": [{"unit": "visitor-9", "event": "x"}], "sentAt": bad_sent_at},
+                headers=public,
+            )
+            assert refused.status_code == 422, refused.text
+            assert [d["field"] for d in refused.json()["error"]["details"]] == ["sentAt"]
         bad = httpx.post(
             f"{relay.url}/api/v1/track",
             json={"unit": "u", "event": "e", "value": 49.99},
@@ -81,7 +102,7 @@ def test_relay_intake_paths_land_in_the_one_store(tmp_path: Path) -> None:
 
         def arrived() -> bool:
             total: int = cp.api("GET", "/events/stats").json()["total"]
-            return total == 3
+            return total == 4
 
         eventually(arrived, what="relay forwarded the events")
         events = {e["event"]: e for e in cp.api("GET", "/events").json()["events"]}
@@ -90,6 +111,8 @@ def test_relay_intake_paths_land_in_the_one_store(tmp_path: Path) -> None:
         assert events["purchase"]["source"] == "server"
         assert events["purchase"]["value"] == 4999
         assert events["signup"]["source"] == "server"
+        # read on the browser's clock, stored on the relay's: five seconds before it was sent
+        assert sent_at - 5000 <= events["late"]["ts"] <= received_by - 5000
         metrics = httpx.get(f"{relay.url}/metrics").text
         assert "vane_relay_event_spool_events 0.0" in metrics
     finally:
