@@ -38,6 +38,16 @@ def unavailable(what: str) -> None:
     pytest.skip(f"{what} is not available")
 
 
+def require_redis() -> None:
+    """Redis at ``REDIS_URL`` answers, or the test is skipped locally and fails under CI."""
+    try:
+        import redis
+
+        redis.Redis.from_url(REDIS_URL).ping()
+    except Exception:
+        unavailable(f"Redis at {REDIS_URL}")
+
+
 class PostgresDatabases:
     """Fresh databases cloned from one migrated template (CREATE DATABASE … TEMPLATE …)."""
 

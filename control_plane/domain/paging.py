@@ -86,12 +86,19 @@ async def paged(
     limit: int,
     cursor: str | None,
     convert: Callable[[list[Any]], Awaitable[list[T]]],
+    descending: bool = False,
 ) -> Page[T]:
-    """One page of ``query`` ordered by the unique column ``order``. ``convert`` gets what the
-    query selects per row: the entity when it selects one, else the row's tuple."""
+    """One page of ``query`` ordered by the unique column ``order`` (newest first with
+    ``descending`` and a time-sortable id). ``convert`` gets what the query selects per row: the
+    entity when it selects one, else the row's tuple."""
     if cursor is not None:
-        query = query.where(order > decode_cursor(list_name, cursor))
-    query = query.add_columns(order.label("page_position")).order_by(order).limit(limit + 1)
+        after = decode_cursor(list_name, cursor)
+        query = query.where(order < after if descending else order > after)
+    query = (
+        query.add_columns(order.label("page_position"))
+        .order_by(order.desc() if descending else order)
+        .limit(limit + 1)
+    )
     rows = list((await scope.session.execute(query)).all())
     more = len(rows) > limit
     rows = rows[:limit]

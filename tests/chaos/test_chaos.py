@@ -24,7 +24,7 @@ import pytest
 
 from tests.chaos.cluster import Cluster, Replica, kill, report, until
 from tests.chaos.harness import Browsers, Load, TcpProxy, percentile, small_disk, went_back
-from tests.conftest import REDIS_URL, PostgresDatabases, unavailable
+from tests.conftest import REDIS_URL, require_redis, unavailable
 from tests.processes import VANE, Process, free_port, wait_http_ok
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.slow]
@@ -33,23 +33,14 @@ FLAG = "checkout"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, postgres_databases: PostgresDatabases | None) -> Iterator[Cluster]:
-    if postgres_databases is None:
-        unavailable("PostgreSQL")
-    assert postgres_databases is not None
-    try:
-        import redis
-
-        redis.Redis.from_url(REDIS_URL).ping()
-    except Exception:
-        unavailable(f"Redis at {REDIS_URL}")
-    database = postgres_databases.new()
+def cluster(tmp_path: Path, postgres_url: str) -> Iterator[Cluster]:
+    require_redis()
+    database = postgres_url
     cluster = Cluster(tmp_path, database, REDIS_URL)
     try:
         yield cluster
     finally:
         cluster.close()
-        postgres_databases.drop(database)
 
 
 def two_by_two(cluster: Cluster, *, reconcile_s: float = 1.0) -> tuple[Replica, Replica]:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import REDIS_URL, PostgresDatabases, unavailable
+from tests.conftest import REDIS_URL, require_redis
 from tests.processes import VANE, Process, free_port, wait_http_ok
 
 pytestmark = pytest.mark.e2e
@@ -204,18 +204,10 @@ def test_relay_serves_last_snapshot_while_control_plane_is_down(tmp_path: Path) 
 @pytest.mark.postgres
 @pytest.mark.redis
 def test_two_replicas_share_postgres_and_hear_each_other_through_redis(
-    tmp_path: Path, postgres_databases: PostgresDatabases | None
+    tmp_path: Path, postgres_url: str
 ) -> None:
-    if postgres_databases is None:
-        unavailable("PostgreSQL")
-    assert postgres_databases is not None
-    try:
-        import redis
-
-        redis.Redis.from_url(REDIS_URL).ping()
-    except Exception:
-        unavailable(f"Redis at {REDIS_URL}")
-    database = postgres_databases.new()
+    require_redis()
+    database = postgres_url
     # no reconcile within the test: a change made on one replica reaches the other's relays
     # only as the change published on Redis
     slow = {"VANE_RECONCILE_S": "600"}
@@ -249,7 +241,6 @@ def test_two_replicas_share_postgres_and_hear_each_other_through_redis(
             relay.process.stop()
         second.process.stop()
         first.process.stop()
-        postgres_databases.drop(database)
 
 
 def test_openfeature_python_sdk_resolves_flags_from_a_relay(

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from shared.engine.experiments import variant_of
-from tests.conftest import REDIS_URL, unavailable
+from tests.conftest import REDIS_URL, require_redis
 from tests.e2e.test_relays import (
     ControlPlane,
     Relay,
@@ -412,12 +412,7 @@ def test_every_write_is_audited_with_its_key_and_listed_project_wide(site: Site)
 @pytest.mark.postgres
 @pytest.mark.redis
 def test_rate_limits_are_per_key_and_shared_by_replicas(postgres_url: str, tmp_path: Path) -> None:
-    try:
-        import redis
-
-        redis.Redis.from_url(REDIS_URL).ping()
-    except Exception:
-        unavailable(f"Redis at {REDIS_URL}")
+    require_redis()
     limits = {"VANE_RATE_LIMIT": "0.01", "VANE_RATE_BURST": "3"}  # three now, one per 100 s
     first = start_control_plane(postgres_url, tmp_path, redis_url=REDIS_URL, extra_env=limits)
     second = start_control_plane(

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REDIS_URL, PostgresDatabases, unavailable
+from tests.conftest import REDIS_URL, require_redis
 from tests.e2e.test_relays import (
     ControlPlane,
     eventually,
@@ -58,38 +57,11 @@ def deliveries(cp: ControlPlane, hook_id: str) -> list[dict[str, Any]]:
     return ok(cp.api("GET", f"/webhooks/{hook_id}/deliveries?limit=500"))["deliveries"]  # type: ignore[no-any-return]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database(
-    request: pytest.FixtureRequest, tmp_path: Path, postgres_databases: PostgresDatabases | None
-) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'vane.db'}"
-        return
-    if postgres_databases is None:
-        unavailable("PostgreSQL")
-    assert postgres_databases is not None
-    url = postgres_databases.new()
-    try:
-        yield url
-    finally:
-        postgres_databases.drop(url)
-
-
 @pytest.mark.postgres
 @pytest.mark.redis
-def test_a_scheduled_toggle_fires_once_with_two_replicas(
-    tmp_path: Path, postgres_databases: PostgresDatabases | None
-) -> None:
-    if postgres_databases is None:
-        unavailable("PostgreSQL")
-    assert postgres_databases is not None
-    try:
-        import redis
-
-        redis.Redis.from_url(REDIS_URL).ping()
-    except Exception:
-        unavailable(f"Redis at {REDIS_URL}")
-    database = postgres_databases.new()
+def test_a_scheduled_toggle_fires_once_with_two_replicas(tmp_path: Path, postgres_url: str) -> None:
+    require_redis()
+    database = postgres_url
     first = start_control_plane(database, tmp_path, redis_url=REDIS_URL, extra_env=FAST)
     second = start_control_plane(
         database, tmp_path, redis_url=REDIS_URL, keys=first.keys, extra_env=FAST
@@ -128,7 +100,6 @@ def test_a_scheduled_toggle_fires_once_with_two_replicas(
             relay.process.stop()
         second.process.stop()
         first.process.stop()
-        postgres_databases.drop(database)
 
 
 def make_changes(cp: ControlPlane) -> list[str]:
@@ -164,9 +135,9 @@ def make_changes(cp: ControlPlane) -> list[str]:
 
 
 def test_a_receiver_gets_every_change_signed_retried_and_once_by_id(
-    tmp_path: Path, database: str
+    tmp_path: Path, database_url: str
 ) -> None:
-    cp = start_control_plane(database, tmp_path, extra_env=FAST)
+    cp = start_control_plane(database_url, tmp_path, extra_env=FAST)
     try:
         with receiving(SECRET) as receiver:
             receiver.fail_next = 2

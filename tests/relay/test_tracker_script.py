@@ -120,7 +120,10 @@ async def test_with_a_unit_the_answer_carries_the_units_variants() -> None:
         ]
         for x in answer["experiments"]:
             variant = variant_of(x["key"], unit, ["control", "treatment"], [None, None])
-            assert (x["variant"], x["content"]) == (variant, "New" if variant == "treatment" else "")
+            assert (x["variant"], x["content"]) == (
+                variant,
+                "New" if variant == "treatment" else "",
+            )
     assert {x["variant"] for a in answers for x in a["experiments"]} == {"control", "treatment"}
     assert empty.status_code == long.status_code == 422
     assert long.json()["error"]["details"] == [{"field": "unit", "message": "1 to 200 characters"}]

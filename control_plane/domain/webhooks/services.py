@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 from datetime import datetime
 from typing import Any
@@ -19,10 +18,9 @@ from control_plane.domain.paging import paged
 from control_plane.domain.webhooks import outbox
 from control_plane.domain.webhooks import schemas as s
 from control_plane.domain.webhooks.addresses import url_problem
-from control_plane.errors import ApiError, invalid, not_found
+from control_plane.errors import ApiError, not_found
 
 MAX_PATTERNS = 64
-_CURSOR = re.compile(r"^[a-z]{3}_[0-9a-z]{26}$")
 SECRET_MIN, SECRET_MAX = 16, 200
 
 
@@ -109,11 +107,6 @@ async def _find(scope: Scope, webhook_id: str) -> Webhook:
     if row is None:
         raise not_found("webhook", webhook_id)
     return row
-
-
-def _check_cursor(cursor: str | None) -> None:
-    if cursor is not None and not _CURSOR.match(cursor):
-        raise invalid("cursor", "not a cursor from a previous page (use nextCursor as given)")
 
 
 async def list_webhooks(scope: Scope, *, limit: int, cursor: str | None) -> s.WebhookList:
@@ -212,27 +205,34 @@ def _attempt(entry: dict[str, Any]) -> s.Attempt:
 async def deliveries(
     scope: Scope, webhook_id: str, *, limit: int, cursor: str | None, status: str | None
 ) -> s.DeliveryList:
-    _check_cursor(cursor)
+    """A webhook's deliveries, newest first."""
     await _find(scope, webhook_id)
     query = (
         select(WebhookDelivery, OutboxEvent)
         .join(OutboxEvent, OutboxEvent.id == WebhookDelivery.event_id)
         .where(WebhookDelivery.webhook_id == webhook_id)
-        .order_by(WebhookDelivery.id.desc())
-        .limit(limit + 1)
     )
-    if cursor:
-        query = query.where(WebhookDelivery.id < cursor)
     if status:
         query = query.where(WebhookDelivery.status == status)
-    rows = [(d, e) for d, e in await scope.session.execute(query)]
-    page = rows[:limit]
-    more = len(rows) > limit
+
+    async def convert(rows: list[tuple[WebhookDelivery, OutboxEvent]]) -> list[s.Delivery]:
+        return [delivery_out(d, e) for d, e in rows]
+
+    found = await paged(
+        scope,
+        query,
+        WebhookDelivery.id,
+        list_name="deliveries",
+        limit=limit,
+        cursor=cursor,
+        convert=convert,
+        descending=True,
+    )
     return s.DeliveryList(
-        deliveries=[delivery_out(d, e) for d, e in page],
-        count=len(page),
-        next_cursor=page[-1][0].id if more else None,
-        has_more=more,
+        deliveries=found.items,
+        count=len(found.items),
+        next_cursor=found.next_cursor,
+        has_more=found.has_more,
     )
 
 
