@@ -22,6 +22,7 @@ repeat views (one profile: both from the browser's cache). Per load, the page no
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import tempfile
@@ -59,7 +60,8 @@ def serve(html: str) -> tuple[ThreadingHTTPServer, str]:
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)  # a page closed before its last bytes: not a failure
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
