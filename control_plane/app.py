@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -123,6 +124,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             backoff_s=settings.webhook_backoff_s,
             backoff_cap_s=settings.webhook_backoff_cap_s,
             private=settings.webhook_private,
+            retention=timedelta(days=settings.webhook_retention_days),
         ),
     )
 

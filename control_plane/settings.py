@@ -32,6 +32,7 @@ class Settings:
     webhook_backoff_s: float = 5.0  # first retry within this; doubles per attempt (full jitter)
     webhook_backoff_cap_s: float = 3600.0  # no retry waits longer than this
     webhook_private: str = "none"  # private addresses webhooks may reach: none | loopback | all
+    webhook_retention_days: float = 30.0  # delivered and failed deliveries are kept this long
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -56,6 +57,7 @@ class Settings:
             webhook_backoff_s=float(env.get("VANE_WEBHOOK_BACKOFF_S") or 5.0),
             webhook_backoff_cap_s=float(env.get("VANE_WEBHOOK_BACKOFF_CAP_S") or 3600.0),
             webhook_private=_private(env.get("VANE_WEBHOOK_PRIVATE")),
+            webhook_retention_days=float(env.get("VANE_WEBHOOK_RETENTION_DAYS") or 30.0),
         )
 
 

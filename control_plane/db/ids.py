@@ -23,6 +23,12 @@ def _base32(value: int, length: int) -> str:
     return "".join(reversed(chars))
 
 
+def first_id_at(prefix: str, millis: int) -> str:
+    """The smallest id ``prefix`` can have at epoch millisecond ``millis``: every id made
+    before then sorts below it."""
+    return f"{prefix}_{_base32(millis, 10)}{'0' * 16}"
+
+
 def new_id(prefix: str) -> str:
     global _last
     with _lock:

@@ -11,6 +11,11 @@ the same delivery twice:
   dies while sending leaves a lease that expires, and the delivery is sent again: at least once,
   with the same ``id`` for the receiver to de-duplicate.
 
+Deliveries that are done with (delivered or failed) are deleted once older than the retention
+(``VANE_WEBHOOK_RETENTION_DAYS``, 30 by default), with the events no delivery refers to any more;
+a pending delivery stays until it is sent or fails. The ids sort by creation, so that is a range
+delete on the primary keys, run at most hourly.
+
 On PostgreSQL a second replica's conditional UPDATE waits for the first one's row lock and then
 finds the row taken; on SQLite writers queue (``BEGIN IMMEDIATE``). Either way one claim wins.
 """
@@ -28,10 +33,10 @@ from typing import Any, cast
 
 import httpx
 import msgspec
-from sqlalchemy import CursorResult, delete, or_, select, update
+from sqlalchemy import CursorResult, delete, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from control_plane.db.ids import new_id
+from control_plane.db.ids import first_id_at, new_id
 from control_plane.db.models import OutboxEvent, Webhook, WebhookDelivery
 from control_plane.db.types import utcnow
 from control_plane.domain.webhooks import outbox
@@ -55,6 +60,11 @@ class DispatchSettings:
     backoff_s: float = 5.0
     backoff_cap_s: float = 3600.0
     private: str = "none"
+    retention: timedelta = timedelta(days=30)
+
+    @property
+    def prune_every_s(self) -> float:
+        return min(3600.0, self.retention.total_seconds() / 10)
 
     @property
     def lease(self) -> timedelta:
@@ -91,15 +101,46 @@ class Dispatcher:
             headers={"User-Agent": USER_AGENT},
             trust_env=False,
         ) as client:
+            pruned_at = float("-inf")
             while True:
                 try:
                     await self.fan_out()
                     await self.send_due(client)
+                    if time.monotonic() - pruned_at >= self.settings.prune_every_s:
+                        pruned_at = time.monotonic()
+                        await self.prune()
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     logger.exception("webhook dispatch failed; retrying")
                 await asyncio.sleep(self.settings.poll_s)
+
+    async def prune(self) -> tuple[int, int]:
+        """Delete the deliveries done with before the retention, then the events no delivery
+        refers to any more (fanned out before it); how many of each."""
+        cutoff_ms = int((time.time() - self.settings.retention.total_seconds()) * 1000)
+        async with self.sessionmaker() as session, session.begin():
+            deliveries = await session.execute(
+                delete(WebhookDelivery)
+                .where(
+                    WebhookDelivery.id < first_id_at("dlv", cutoff_ms),
+                    WebhookDelivery.status != "pending",
+                )
+                .execution_options(synchronize_session=False)
+            )
+            events = await session.execute(
+                delete(OutboxEvent)
+                .where(
+                    OutboxEvent.id < first_id_at("evt", cutoff_ms),
+                    OutboxEvent.dispatched_at.is_not(None),
+                    ~exists().where(WebhookDelivery.event_id == OutboxEvent.id),
+                )
+                .execution_options(synchronize_session=False)
+            )
+        counts = _rowcount(deliveries), _rowcount(events)
+        if any(counts):
+            logger.info("pruned %d webhook deliveries and %d events", *counts)
+        return counts
 
     async def fan_out(self) -> int:
         """One delivery per event and webhook that matches it, is enabled now and existed when
