@@ -323,7 +323,7 @@ async def postgres_all(engine: AsyncEngine, statements: Sequence[Executable]) ->
                 await connection.execute(
                     text("SELECT set_config(:name, :value, true)"), {"name": name, "value": value}
                 )
-            return list((await connection.execute(statement)).mappings())
+            return list((await connection.execute(statement)).mappings().all())  # one fetch
 
     return await asyncio.gather(*(run(statement) for statement in statements))
 
