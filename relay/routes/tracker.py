@@ -11,8 +11,8 @@
   them with ``expose: false`` (nothing is recorded: the tracker exposes what it shows). The
   script loads this synchronously while the ``<head>`` is parsed, so it hides exactly those
   elements and swaps each one as the parser inserts it, before the body paints (see
-  ``docs/browser.md``, "Anti-flicker"). The answer is cached by the browser (``max-age``, per
-  URL and so per unit) and revalidated by ETag.
+  ``docs/browser.md``, "Anti-flicker"). The answer is cached by the browser (``max-age``; with
+  ``unit``, ``private``: per URL and so per unit) and revalidated by ETag.
 - ``GET /sdk/v1/vane.d.ts``: the script's TypeScript declarations, served like the script.
 """
 
@@ -34,6 +34,7 @@ TYPES_PATH = "/sdk/v1/vane.d.ts"
 SELECTORS_PATH = "/sdk/v1/selectors"
 SCRIPT_CACHE = b"public, max-age=300"
 SELECTORS_CACHE = b"public, max-age=30"
+UNIT_CACHE = b"private, max-age=30"  # one visitor's variants: their browser's cache, no other
 MAX_URL = 2048
 
 
@@ -98,7 +99,8 @@ class Selectors:
             body = vane_error(422, f"unit: {message}", details=(("unit", message),))
             return Response(422, body, admitted.headers)
         etag = admitted.state.etag.encode()
-        headers = [*admitted.headers, (b"cache-control", SELECTORS_CACHE), (b"etag", etag)]
+        cache = SELECTORS_CACHE if unit is None else UNIT_CACHE
+        headers = [*admitted.headers, (b"cache-control", cache), (b"etag", etag)]
         if _etag_matches(request.headers.get(b"if-none-match"), etag):
             return Response(304, b"", headers)
         page = on_page(admitted.state.snapshot.experiments.values(), url)

@@ -109,7 +109,8 @@ async def test_with_a_unit_the_answer_carries_the_units_variants() -> None:
     query = f"/sdk/v1/selectors?key={PUBLIC}&url=/pricing/team&unit="
     units = [f"visitor-{i}" for i in range(40)]
     async with relay.client() as client:
-        answers = [(await client.get(query + unit)).json() for unit in units]
+        responses = [await client.get(query + unit) for unit in units]
+        answers = [r.json() for r in responses]
         empty = await client.get(query + "%20")
         long = await client.get(query + "u" * 201)
     for unit, answer in zip(units, answers, strict=True):
@@ -125,6 +126,7 @@ async def test_with_a_unit_the_answer_carries_the_units_variants() -> None:
                 "New" if variant == "treatment" else "",
             )
     assert {x["variant"] for a in answers for x in a["experiments"]} == {"control", "treatment"}
+    assert {r.headers["cache-control"] for r in responses} == {"private, max-age=30"}
     assert empty.status_code == long.status_code == 422
     assert long.json()["error"]["details"] == [{"field": "unit", "message": "1 to 200 characters"}]
 
