@@ -10,7 +10,7 @@ import os
 import shutil
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,7 @@ from control_plane.app import create_app
 from control_plane.bootstrap import IssuedKey
 from control_plane.db import migrate
 from control_plane.settings import Settings
+from tests import processes
 
 POSTGRES_URL = os.environ.get("VANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("VANE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -90,6 +91,26 @@ class PostgresDatabases:
         with self._connect() as conn:
             for name in reversed(self._created):
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Processes still running (a module's) stay listed; those of earlier tests are forgotten."""
+    processes.STARTED[:] = [p for p in processes.STARTED if p.popen.poll() is None]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report ends with what its processes printed last (a CI failure then says
+    what the control planes and relays saw, not only what the test did)."""
+    report = yield
+    if report.failed:
+        for process in processes.STARTED:
+            argv = " ".join(process.argv[3:])[:120]
+            report.sections.append((f"last output of {argv}", "\n".join(process.lines[-60:])))
+    return report
 
 
 @pytest.fixture(scope="session")

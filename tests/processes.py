@@ -25,6 +25,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+STARTED: list[Process] = []
+"""The processes started during the running test (``tests/conftest.py`` empties it before each
+test and, when one fails, adds the end of each one's output to the report)."""
+
+
 class Process:
     """A child process whose combined output is collected line by line in the background."""
 
@@ -45,6 +50,7 @@ class Process:
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        STARTED.append(self)
 
     def _read(self) -> None:
         assert self.popen.stdout is not None

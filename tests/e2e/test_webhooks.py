@@ -82,9 +82,10 @@ def test_a_scheduled_toggle_fires_once_with_two_replicas(tmp_path: Path, postgre
                 cp = (first, second)[i % 2]
                 path = f"/flags/{key}/environments/production/schedule"
                 ok(cp.api("POST", path, {"at": when, "enabled": True}), 201)
-            for relay in relays:
+            for name, relay in zip("ab", relays, strict=True):
                 for key in flags:
-                    eventually(serves(relay, public, key, True), timeout=20, what=f"{key} on")
+                    if not wait_for(serves(relay, public, key, True), timeout=20):
+                        pytest.fail(f"{key} not on at relay {name}: " + state(first, flags))
             for key in flags:
                 path = f"/flags/{key}/environments/production/schedule"
                 (change,) = ok(first.api("GET", path))["schedules"]
@@ -100,6 +101,26 @@ def test_a_scheduled_toggle_fires_once_with_two_replicas(tmp_path: Path, postgre
             relay.process.stop()
         second.process.stop()
         first.process.stop()
+
+
+def wait_for(check: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def state(cp: ControlPlane, flags: list[str]) -> str:
+    """What the control plane says of each flag and its scheduled change (for a failure)."""
+    lines = []
+    for key in flags:
+        path = f"/flags/{key}/environments/production"
+        setting = cp.api("GET", f"/flags/{key}").json().get("environments", {}).get("production")
+        changes = cp.api("GET", f"{path}/schedule").json().get("schedules")
+        lines.append(f"{key}: {setting} schedules {changes}")
+    return "\n".join(lines)
 
 
 def make_changes(cp: ControlPlane) -> list[str]:
