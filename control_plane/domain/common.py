@@ -145,12 +145,14 @@ class Scope:
         ids = sorted(set(environment_ids))
         if not ids:
             return
-        await self.session.execute(
+        bumped = await self.session.execute(
             update(Environment)
             .where(Environment.id.in_(ids))
             .values(snapshot_version=Environment.snapshot_version + 1)
+            .returning(Environment.id, Environment.snapshot_version)
         )
-        self.change.add(ids, flags=flags, segments=segments, reason=reason)
+        versions = {environment_id: int(version) for environment_id, version in bumped}
+        self.change.add(ids, flags=flags, segments=segments, reason=reason, versions=versions)
 
 
 def percent(units: int) -> float | int:

@@ -234,10 +234,12 @@ async def compile_change(
     segments: Collection[str] = (),
     experiments: bool = False,
     now_ms: int | None = None,
+    version: int | None = None,
 ) -> tuple[w.Snapshot, p.Patch]:
     """The environment's next snapshot from ``before`` (its previous version, one commit ago)
     and the patch between them, reading only what the commit changed: the named flags and
     segments (and experiments when they changed). Equals ``compile_environment`` (tested).
+    ``version``: the one the commit took the environment to (default: the environment's now).
 
     Which segments the snapshot carries changes only when a changed flag or segment references
     different segments than before; only then are the flags' references collected again.
@@ -288,7 +290,7 @@ async def compile_change(
     after = w.Snapshot(
         project=before.project,
         environment=before.environment,
-        version=environment.snapshot_version,
+        version=environment.snapshot_version if version is None else version,
         flags=next_flags,
         segments=next_segments,
         schema_version=before.schema_version,

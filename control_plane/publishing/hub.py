@@ -198,11 +198,15 @@ class Hub:
                 project_id, snapshot, access = built
                 self._install(environment_id, project_id, snapshot, access, old, None)
             else:
+                if what.version is not None and what.version <= old.version:
+                    return  # already in what this replica serves (compiled whole meanwhile)
                 async with self._sessionmaker() as session:
                     environment = await session.get(Environment, environment_id)
                     if environment is None or environment.snapshot_version <= old.version:
                         return  # gone, or already published (the reconciler raced us)
-                    if environment.snapshot_version == old.version + 1:
+                    if what.since == old.version and what.version is not None:
+                        # this very change follows what is served: compile only what it touched,
+                        # under its own version (a later change's notice brings the rest)
                         snapshot, patch = await compile_change(
                             session,
                             environment,
@@ -210,8 +214,9 @@ class Hub:
                             flags=what.flags,
                             segments=what.segments,
                             experiments="experiments" in what.reasons,
+                            version=what.version,
                         )
-                    else:  # a change this replica was not told about came between
+                    else:  # changes this replica was not told about (yet) came between
                         snapshot = await compile_environment(session, environment)
                         patch = None
                     access = (

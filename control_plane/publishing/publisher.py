@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -38,16 +38,26 @@ compiles the whole environment (``environment``)."""
 
 
 class EnvironmentChange(msgspec.Struct, forbid_unknown_fields=False):
-    """What one commit altered in one environment's snapshot."""
+    """What one commit altered in one environment's snapshot, and the versions it took the
+    environment from (``since``) and to (``version``): the environment's row stays locked from
+    the commit's first bump to its end, so no other change lies between the two."""
 
     flags: set[str] = msgspec.field(default_factory=set)
     segments: set[str] = msgspec.field(default_factory=set)
     reasons: set[Reason] = msgspec.field(default_factory=set)
+    since: int | None = None
+    version: int | None = None
 
     def merge(self, other: EnvironmentChange) -> None:
         self.flags |= other.flags
         self.segments |= other.segments
         self.reasons |= other.reasons
+        if other.since is not None:
+            self.since = other.since if self.since is None else min(self.since, other.since)
+        if other.version is not None:
+            self.version = (
+                other.version if self.version is None else max(self.version, other.version)
+            )
 
 
 class Change(msgspec.Struct, forbid_unknown_fields=False):
@@ -64,14 +74,18 @@ class Change(msgspec.Struct, forbid_unknown_fields=False):
         flags: Iterable[str] = (),
         segments: Iterable[str] = (),
         reason: Reason | None = None,
+        versions: Mapping[str, int] | None = None,
     ) -> None:
+        """Note a change to ``environment_ids``; ``versions``: the version each was bumped to."""
         flag_keys, segment_keys = set(flags), set(segments)
         reasons: set[Reason] = {reason} if reason else set()
         if not (flag_keys or segment_keys or reasons):
             reasons = {"environment"}
         for environment_id in environment_ids:
+            version = (versions or {}).get(environment_id)
+            since = None if version is None else version - 1
             self.environments.setdefault(environment_id, EnvironmentChange()).merge(
-                EnvironmentChange(set(flag_keys), set(segment_keys), set(reasons))
+                EnvironmentChange(set(flag_keys), set(segment_keys), set(reasons), since, version)
             )
 
     def discard(self, environment_id: str) -> None:

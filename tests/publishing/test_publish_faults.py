@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from control_plane.publishing.hub import Hub
 from control_plane.publishing.publisher import Change
 from shared.wire import protocol as p
 from tests.conftest import Api
+from tests.publishing.test_publish_the_change import Relay, comparable, from_scratch
 from tests.publishing.test_stream import connect, hello, receive, snapshots
 
 
@@ -68,3 +70,39 @@ def test_a_lagging_replica_never_sends_a_relay_an_older_snapshot(
         # the first word about production continues from the relay's version, never behind it
         assert isinstance(message, p.Patch), message
         assert (message.from_version, message.version) == (newer, newer + 1)
+
+
+def test_a_late_notice_never_names_another_changes_version(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notices can come late: another replica's arrive over Redis in order, behind this
+    replica's own changes, which may already have compiled the environment whole. By then the
+    environment may be one version ahead because of a change whose notice is still to come; the
+    late notice must not take that version for itself (it did: the relay was told it held that
+    version without the change in it, and nothing ever corrected it)."""
+    hub = api.client.app.state.hub
+    portal = api.client.blocking_portal
+    for key in ("early", "later"):
+        assert api.post("/flags", {"key": key}).status_code == 201
+    held: list[Change] = []
+
+    async def hold(change: Change) -> None:  # a notice still on its way
+        held.append(change)
+
+    async def quiet() -> None:  # no reconciler run to paper over what the notices do
+        return None
+
+    monkeypatch.setattr(hub, "reconcile", quiet)
+    with connect(api) as ws:
+        relay = Relay(api, ws)
+        monkeypatch.setattr(hub, "apply", hold)
+        api.post("/flags/early/environments/production/toggle", {"enabled": True})
+        [environment_id] = held[0].environments
+        portal.call(hub.refresh_one, environment_id)  # compiled whole: "early" is in
+        api.post("/flags/later/environments/production/toggle", {"enabled": True})
+        monkeypatch.setattr(hub, "apply", Hub.apply.__get__(hub))
+        for change in held:  # the first notice, late; then the second
+            portal.call(hub.apply, change)
+        expected = from_scratch(api)
+        relay.catch_up(expected)
+        assert comparable(relay.held["production"]) == comparable(expected["production"])
