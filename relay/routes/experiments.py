@@ -109,8 +109,9 @@ class ExperimentRoutes:
             return invalid([(field or "body", message)], headers)
         except MalformedBody as exc:
             return malformed(exc, headers)
-        if not body.unit.strip() or len(body.unit) > MAX_UNIT:
-            return invalid([("unit", f"1 to {MAX_UNIT} characters")], headers)
+        problem = unit_problem(body.unit)
+        if problem is not None:
+            return invalid([("unit", problem)], headers)
         return admitted, body
 
     def _exposure(
@@ -179,6 +180,13 @@ class ExperimentRoutes:
             await self._record([exposure] if exposure is not None else [])
             answer = _assignment(key, variant.key, True, "assigned", variant.content)
         return Response(200, msgspec.json.encode(answer), admission.headers)
+
+
+def unit_problem(unit: str) -> str | None:
+    """What is wrong with a unit a page or backend names (None: nothing)."""
+    if not unit.strip() or len(unit) > MAX_UNIT:
+        return f"1 to {MAX_UNIT} characters"
+    return None
 
 
 def on_page(experiments: Iterable[ExperimentSnapshot], url: str | None) -> list[ExperimentSnapshot]:

@@ -27,7 +27,7 @@ import msgspec
 
 from relay.http import Request, Response, Router, vane_error, vane_error_body
 from relay.routes.admission import Admission, Browser
-from relay.routes.experiments import MAX_UNIT, on_page, render, variant_index
+from relay.routes.experiments import on_page, render, unit_problem, variant_index
 
 SCRIPT_PATH = "/sdk/v1/vane.js"
 TYPES_PATH = "/sdk/v1/vane.d.ts"
@@ -94,9 +94,9 @@ class Selectors:
             body = vane_error(422, f"url: {message}", details=(("url", message),))
             return Response(422, body, admitted.headers)
         unit = request.query("unit")
-        if unit is not None and not 0 < len(unit.strip()) <= len(unit) <= MAX_UNIT:
-            message = f"1 to {MAX_UNIT} characters"
-            body = vane_error(422, f"unit: {message}", details=(("unit", message),))
+        problem = None if unit is None else unit_problem(unit)
+        if problem is not None:
+            body = vane_error(422, f"unit: {problem}", details=(("unit", problem),))
             return Response(422, body, admitted.headers)
         etag = admitted.state.etag.encode()
         cache = SELECTORS_CACHE if unit is None else UNIT_CACHE

@@ -111,9 +111,13 @@ def start_relay(upstream: str, key: str, data_dir: Path, *, port: int | None = N
 
 
 def eventually(
-    check: Callable[[], bool], timeout: float = 10, what: str = "", every: float = 0.01
+    check: Callable[[], bool],
+    timeout: float = 10,
+    what: str | Callable[[], str] = "",
+    every: float = 0.01,
 ) -> float:
-    """Seconds until ``check()`` holds (polling every ``every`` s); fail after ``timeout``.
+    """Seconds until ``check()`` holds (polling every ``every`` s); fail after ``timeout``, saying
+    ``what`` (called then, when it is a function: the state the test failed in).
     A check that computes experiment results polls slowly (``every=0.5``): a hundred results a
     second would keep the control plane from the ingest the test waits for."""
     start = time.monotonic()
@@ -121,7 +125,7 @@ def eventually(
         if check():
             return time.monotonic() - start
         time.sleep(every)
-    raise AssertionError(f"not within {timeout} s: {what}")
+    raise AssertionError(f"not within {timeout} s: {what() if callable(what) else what}")
 
 
 def serves(relay: Relay, public_key: str, flag: str, value: Any) -> Callable[[], bool]:

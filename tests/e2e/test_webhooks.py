@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,11 @@ def test_a_scheduled_toggle_fires_once_with_two_replicas(tmp_path: Path, postgre
                 ok(cp.api("POST", path, {"at": when, "enabled": True}), 201)
             for name, relay in zip("ab", relays, strict=True):
                 for key in flags:
-                    if not wait_for(serves(relay, public, key, True), timeout=20):
-                        pytest.fail(f"{key} not on at relay {name}: " + state(first, flags))
+                    eventually(
+                        serves(relay, public, key, True),
+                        timeout=20,
+                        what=partial(state, first, flags, f"{key} on at relay {name}"),
+                    )
             for key in flags:
                 path = f"/flags/{key}/environments/production/schedule"
                 (change,) = ok(first.api("GET", path))["schedules"]
@@ -103,18 +107,10 @@ def test_a_scheduled_toggle_fires_once_with_two_replicas(tmp_path: Path, postgre
         first.process.stop()
 
 
-def wait_for(check: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def state(cp: ControlPlane, flags: list[str]) -> str:
-    """What the control plane says of each flag and its scheduled change (for a failure)."""
-    lines = []
+def state(cp: ControlPlane, flags: list[str], headline: str) -> str:
+    """``headline``, then what the control plane says of each flag and its scheduled change
+    (for a failure)."""
+    lines = [headline]
     for key in flags:
         path = f"/flags/{key}/environments/production"
         setting = cp.api("GET", f"/flags/{key}").json().get("environments", {}).get("production")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from litestar.testing import TestClient
@@ -23,13 +25,20 @@ FAST = {
 }
 
 
-@pytest.fixture
-def hooks_api(database_url: str) -> Iterator[Api]:
-    app = create_app(Settings(database_url=database_url, **FAST))  # type: ignore[arg-type]
+@contextmanager
+def hooks_app(database_url: str, **settings: Any) -> Iterator[Api]:
+    """The app with ``FAST`` settings, and ``settings`` over them."""
+    app = create_app(Settings(database_url=database_url, **{**FAST, **settings}))
     with TestClient(app, raise_server_exceptions=False) as client:
         issued: list[IssuedKey] = app.state.issued_keys
         keys = {key.kind.value: key.token for key in issued}
         yield Api(client=client, keys=keys, database_url=database_url)
+
+
+@pytest.fixture
+def hooks_api(database_url: str) -> Iterator[Api]:
+    with hooks_app(database_url) as api:
+        yield api
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20, what: str = "") -> None:

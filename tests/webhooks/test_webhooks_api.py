@@ -6,12 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from litestar.testing import TestClient
 
-from control_plane.app import create_app
-from control_plane.settings import Settings
 from tests.conftest import Api
-from tests.webhooks.conftest import FAST, eventually
+from tests.webhooks.conftest import eventually, hooks_app
 from tests.webhooks.receiver import Receiver, receiving
 
 SECRET = "whsec_test_0123456789abcdef"
@@ -235,24 +232,22 @@ def test_a_webhook_answers_its_version_and_refuses_a_stale_if_match(hooks_api: A
 def test_deliveries_done_with_are_pruned_after_the_retention_and_pending_ones_stay(
     database_url: str,
 ) -> None:
-    settings = Settings(
-        database_url=database_url,
-        **{**FAST, "webhook_retention_days": 2 / 86400, "webhook_max_attempts": 10_000},  # type: ignore[arg-type]
-    )
-    app = create_app(settings)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        keys = {key.kind.value: key.token for key in app.state.issued_keys}
-        api = Api(client=client, keys=keys, database_url=database_url)
-        with receiving(SECRET) as ok, receiving(SECRET) as down:
-            down.fail_next = 10**9  # answers 500 to everything: its delivery stays pending
-            kept = create_hook(api, ok, ["flag.created"])
-            stuck = create_hook(api, down, ["flag.created"])
-            assert api.post("/flags", {"key": "pruned"}).status_code == 201
-            eventually(lambda: [d["status"] for d in deliveries(api, kept)] == ["delivered"])
-            (pending,) = deliveries(api, stuck)
-            # two seconds on, the delivered one (and nothing else) is gone
-            eventually(lambda: deliveries(api, kept) == [], what="the delivered one pruned")
-            assert [d["id"] for d in deliveries(api, stuck)] == [pending["id"]]
-            assert deliveries(api, stuck)[0]["status"] == "pending"
-            assert down.verified()  # it was tried all along
-            assert api.get(f"/webhooks/{kept['id']}").status_code == 200
+    with (
+        hooks_app(
+            database_url, webhook_retention_days=2 / 86400, webhook_max_attempts=10_000
+        ) as api,
+        receiving(SECRET) as ok,
+        receiving(SECRET) as down,
+    ):
+        down.fail_next = 10**9  # answers 500 to everything: its delivery stays pending
+        kept = create_hook(api, ok, ["flag.created"])
+        stuck = create_hook(api, down, ["flag.created"])
+        assert api.post("/flags", {"key": "pruned"}).status_code == 201
+        eventually(lambda: [d["status"] for d in deliveries(api, kept)] == ["delivered"])
+        (pending,) = deliveries(api, stuck)
+        # two seconds on, the delivered one (and nothing else) is gone
+        eventually(lambda: deliveries(api, kept) == [], what="the delivered one pruned")
+        assert [d["id"] for d in deliveries(api, stuck)] == [pending["id"]]
+        assert deliveries(api, stuck)[0]["status"] == "pending"
+        assert down.verified()  # it was tried all along
+        assert api.get(f"/webhooks/{kept['id']}").status_code == 200
