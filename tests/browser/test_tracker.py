@@ -125,6 +125,7 @@ def test_the_variant_is_in_place_when_parsing_ends(site: Site, context: Any) -> 
     body = '<div id="hero"><h1>Original headline</h1></div>' + "<p>filler</p>" * 2000
     page = context.new_page()
     page.goto(site.page("/parsed", body, unit=treatment))
+    page.wait_for_function("window.__atParsed !== undefined")  # that frame may follow `load`
     assert page.evaluate("window.__atParsed") == ["Brand new headline", "visible"]
     assert page.evaluate("vane.ready().then(() => 'settled')") == "settled"
     assert page.evaluate("performance.getEntriesByName('vane:applied').length") == 1
