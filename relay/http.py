@@ -78,11 +78,15 @@ class Request:
     async def body(self) -> bytes:
         """The whole request body; ``PayloadTooLarge`` beyond ``MAX_BODY_BYTES``."""
         length = self.headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        declared = int(length) if length is not None and length.isdigit() else None
+        if declared is not None and declared > MAX_BODY_BYTES:
             raise PayloadTooLarge
         message = await self.receive()
         body: bytes = message.get("body", b"")
-        if not message.get("more_body", False):
+        # granian sends a whole body with ``more_body`` set and then an empty last message; a
+        # body as long as its Content-Length is complete, and waiting for that empty message
+        # is a second hop between granian's thread and the loop (~10 µs of a ~90 µs request).
+        if not message.get("more_body", False) or len(body) == declared:
             if len(body) > MAX_BODY_BYTES:
                 raise PayloadTooLarge
             return body

@@ -730,6 +730,49 @@ async def test_body_cap_without_content_length(relay: Relay) -> None:
     assert json.loads(sent[1]["body"])["error"]["code"] == "payload_too_large"
 
 
+def _sdk_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    auth = (b"authorization", f"Bearer {PUBLIC}".encode())
+    return {"type": "http", "method": "POST", "path": SDK, "headers": [auth, *headers]}
+
+
+async def test_a_body_as_long_as_its_content_length_is_not_waited_on(relay: Relay) -> None:
+    # granian hands a whole body over with more_body set, then an empty last message; the relay
+    # answers from the first (a second receive is a hop between granian's thread and the loop).
+    body = json.dumps({"context": {"targetingKey": "user-1"}}).encode()
+    messages = [{"type": "http.request", "body": body, "more_body": True}]
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)  # a second call would fail: nothing is left
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = _sdk_scope([(b"content-length", str(len(body)).encode())])
+    await relay.app(scope, receive, send)
+    assert sent[0]["status"] == 200
+    assert "flags" in json.loads(sent[1]["body"])
+
+
+async def test_a_body_in_pieces_is_read_whole_with_or_without_content_length(
+    relay: Relay,
+) -> None:
+    body = json.dumps({"context": {"targetingKey": "user-1"}}).encode()
+    for headers in ([(b"content-length", str(len(body)).encode())], []):
+        pieces = [body[:7], body[7:20], body[20:], b""]
+        sent: list[Any] = []
+
+        async def receive(pieces: list[bytes] = pieces) -> dict[str, Any]:
+            return {"type": "http.request", "body": pieces.pop(0), "more_body": bool(pieces)}
+
+        async def send(message: Any, sent: list[Any] = sent) -> None:
+            sent.append(message)
+
+        await relay.app(_sdk_scope(headers), receive, send)
+        assert sent[0]["status"] == 200, sent
+        assert "flags" in json.loads(sent[1]["body"])
+
+
 async def test_extra_routes_share_the_gate() -> None:
     from relay.http import Request, Response, Router, vane_error_body
     from relay.routes.admission import Admission, Browser
