@@ -57,6 +57,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 _PUBLIC: list[dict[str, list[str]]] = [{"BearerAuth": []}, {"ApiKeyAuth": []}]
 
+_PAGE_EXPERIMENTS = {"type": "array", "items": {"$ref": "#/components/schemas/PageExperiment"}}
+
 _SCHEMAS: dict[str, Any] = {
     "VaneError": {
         "type": "object",
@@ -129,10 +131,9 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "selectors": {"type": "array", "items": {"type": "string"}},
             "experiments": {
+                **_PAGE_EXPERIMENTS,
                 "description": "with ?unit=: the page's experiments with the unit's variant, "
                 "as POST /sdk/v1/experiments lists them with expose: false",
-                "type": "array",
-                "items": {"$ref": "#/components/schemas/PageExperiment"},
             },
         },
     },
@@ -155,10 +156,7 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["experiments"],
         "properties": {
-            "experiments": {
-                "type": "array",
-                "items": {"$ref": "#/components/schemas/PageExperiment"},
-            }
+            "experiments": _PAGE_EXPERIMENTS,
         },
     },
     "Assignment": {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,6 +13,7 @@ from control_plane.app import create_app
 from control_plane.bootstrap import IssuedKey
 from control_plane.settings import Settings
 from tests.conftest import Api
+from tests.e2e.test_relays import eventually as relays_eventually
 
 FAST = {
     "webhook_private": "loopback",
@@ -42,9 +42,6 @@ def hooks_api(database_url: str) -> Iterator[Api]:
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s: {what}")
+    """``tests.e2e.test_relays.eventually`` with a webhook's patience: deliveries are retried
+    with backoff, so 20 s, polled every 0.05 s."""
+    relays_eventually(check, timeout=timeout, what=what, every=0.05)
