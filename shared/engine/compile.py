@@ -38,12 +38,14 @@ from shared.engine.rules import (
     Context,
     Matcher,
     SegmentResolver,
+    StringIn,
     bucket_input,
     compile_clauses,
     compile_segment,
     never,
     segment_references,
     sequence,
+    string_in,
     text,
 )
 from shared.wire.snapshot import (
@@ -166,6 +168,9 @@ def _variation(value: Any, path: str, variations: Mapping[int, Variation]) -> in
 class _Serve(NamedTuple):
     fixed: Evaluation | None  # the result, when no rollout is involved
     run: FlagFn  # computes the result (a rollout), or returns ``fixed``
+    # For a rollout of two results by key: ``run`` behind a ``StringIn`` rule that serves a
+    # fixed result, as one closure (see ``_rollout``).
+    after_rule: Callable[[StringIn, Evaluation], FlagFn] | None = None
 
 
 def _constant(evaluation: Evaluation) -> FlagFn:
@@ -177,7 +182,7 @@ def _constant(evaluation: Evaluation) -> FlagFn:
 
 def _rollout(
     salt: str, bucket_by: str, thresholds: tuple[int, ...], results: tuple[Evaluation, ...]
-) -> FlagFn:
+) -> _Serve:
     last = len(results) - 1
     if bucket_by != "key":
 
@@ -186,7 +191,7 @@ def _rollout(
             slot = 0 if value is None else bucket(salt, value)
             return results[min(bisect_right(thresholds, slot), last)]
 
-        return by_attribute
+        return _Serve(None, by_attribute)
     if len(results) == 2:
         first, second = results
         cut = thresholds[0]
@@ -197,13 +202,33 @@ def _rollout(
             h = mmh3_hash(data, 0, False) if data.isascii() else hash32(data)
             return first if (h * WEIGHT_SCALE) >> 32 < cut else second
 
-        return split_by_key
+        def after_rule(rule: StringIn, hit: Evaluation) -> FlagFn:
+            """``hit`` when ``rule`` matches, else ``split_by_key``, in one call instead of
+            three: the commonest targeted flag (one ``in`` rule, a percentage rollout for the
+            rest) is most of a bulk evaluation's time, and a call is much of each flag's."""
+            attribute, strings, _ = rule
+            holds = rule.holds
+
+            def in_rule_then_split_by_key(context: Context, key: str) -> Evaluation:
+                value = context.get(attribute)
+                if value.__class__ is str:
+                    if value in strings:
+                        return hit
+                elif holds(value):
+                    return hit
+                data = salt + key
+                h = mmh3_hash(data, 0, False) if data.isascii() else hash32(data)
+                return first if (h * WEIGHT_SCALE) >> 32 < cut else second
+
+            return in_rule_then_split_by_key
+
+        return _Serve(None, split_by_key, after_rule)
 
     def by_key(context: Context, key: str) -> Evaluation:
         slot = (hash32(salt + key) * WEIGHT_SCALE) >> 32
         return results[min(bisect_right(thresholds, slot), last)]
 
-    return by_key
+    return _Serve(None, by_key)
 
 
 def _serve(
@@ -241,40 +266,53 @@ def _serve(
         )
     if serve.bucket_by is not None:
         bucket_by = text(serve.bucket_by, f"{path}.bucketBy")
-    return _Serve(None, _rollout(salt, bucket_by, cumulative(weights), tuple(results)))
+    return _rollout(salt, bucket_by, cumulative(weights), tuple(results))
 
 
 Rules = tuple[tuple[Matcher, Evaluation | None, FlagFn], ...]
 Prereqs = tuple[tuple[FlagFn | None, int, Evaluation], ...]
 
 
-def _assemble(
-    prereqs: Prereqs, targets: Mapping[str, Evaluation], rules: Rules, fallthrough: _Serve
+def _one_rule(
+    match: Matcher, hit: Evaluation, fallthrough: _Serve, rule: StringIn | None
 ) -> FlagFn:
-    """One closure per flag shape, so the common shapes run without loops or checks."""
+    """A flag with one rule serving ``hit``, and no prerequisites or targets."""
     fall = fallthrough.run
-    fall_fixed = fallthrough.fixed
+    miss = fallthrough.fixed
+    if miss is not None:
+        fixed: Evaluation = miss
+
+        def one_rule_fixed(context: Context, key: str) -> Evaluation:
+            return hit if match(context, key) else fixed
+
+        return one_rule_fixed
+    if rule is not None and fallthrough.after_rule is not None:
+        return fallthrough.after_rule(rule, hit)
+
+    def one_rule(context: Context, key: str) -> Evaluation:
+        if match(context, key):
+            return hit
+        return fall(context, key)
+
+    return one_rule
+
+
+def _assemble(
+    prereqs: Prereqs,
+    targets: Mapping[str, Evaluation],
+    rules: Rules,
+    fallthrough: _Serve,
+    first_rule: StringIn | None,
+) -> FlagFn:
+    """One closure per flag shape, so the common shapes run without loops or checks.
+    ``first_rule``: the first rule's clauses, when they are one ``StringIn``."""
+    fall = fallthrough.run
     if not prereqs and not targets:
         if not rules:
             return fall
         first_match, first_hit, _ = rules[0]
         if len(rules) == 1 and first_hit is not None:
-            match: Matcher = first_match
-            hit: Evaluation = first_hit
-            if fall_fixed is not None:
-                miss: Evaluation = fall_fixed
-
-                def one_rule_fixed(context: Context, key: str) -> Evaluation:
-                    return hit if match(context, key) else miss
-
-                return one_rule_fixed
-
-            def one_rule(context: Context, key: str) -> Evaluation:
-                if match(context, key):
-                    return hit
-                return fall(context, key)
-
-            return one_rule
+            return _one_rule(first_match, first_hit, fallthrough, first_rule)
 
     def flag(context: Context, key: str) -> Evaluation:
         for run, required, failed in prereqs:
@@ -292,6 +330,11 @@ def _assemble(
         return fall(context, key)
 
     return flag
+
+
+def _first_rule(flag: FlagSnapshot) -> StringIn | None:
+    """The flag's first rule as a ``StringIn``, when it is one (after its rules compiled)."""
+    return string_in(flag.rules[0].clauses) if flag.rules else None
 
 
 def build_flag(
@@ -381,7 +424,7 @@ def build_flag(
         flag.fallthrough, "fallthrough", variations, fallthrough_result, salt, bucket_by
     )
     run = (
-        _assemble(tuple(prereqs), targets, tuple(rules), fallthrough)
+        _assemble(tuple(prereqs), targets, tuple(rules), fallthrough, _first_rule(flag))
         if flag.enabled
         else _constant(off)
     )

@@ -12,7 +12,7 @@ clauses of a rule must match; any value of a clause may match.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from shared.engine import operators
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, bucketable
@@ -130,6 +130,33 @@ def compile_clause(clause: Any, path: str, resolve_segment: SegmentResolver) -> 
     attribute = text(clause.attribute, f"{path}.attribute")
     predicate, strings = operators.compile_predicate(op, values, f"{path}.values")
     return _attribute_matcher(attribute, predicate, strings, negate)
+
+
+class StringIn(NamedTuple):
+    """A rule whose one clause is ``attribute in [strings]`` on a context attribute: the
+    matcher ``_attribute_matcher`` builds for it, in parts, for flag shapes that inline it
+    (``shared.engine.compile``'s rule-then-rollout closure)."""
+
+    attribute: str
+    strings: frozenset[str]
+    predicate: operators.Predicate
+
+    def holds(self, value: Any) -> bool:
+        """For a value that is not a string (a string is just looked up in ``strings``)."""
+        return _apply(value, self.predicate, False)
+
+
+def string_in(clauses: Sequence[Clause]) -> StringIn | None:
+    """``clauses`` as a ``StringIn`` when they are exactly that shape, else None. Only for
+    clauses ``compile_clauses`` has accepted."""
+    if len(clauses) != 1:
+        return None
+    clause = clauses[0]
+    attribute = clause.attribute
+    if clause.op != "in" or clause.negate or attribute is None or attribute in ("key", "kind"):
+        return None
+    predicate, strings = operators.compile_predicate("in", clause.values, "values")
+    return None if strings is None else StringIn(attribute, strings, predicate)
 
 
 def compile_clauses(clauses: Any, path: str, resolve_segment: SegmentResolver) -> Matcher:

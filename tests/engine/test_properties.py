@@ -309,3 +309,39 @@ def test_wire_names_are_camel_case() -> None:
         msgspec.json.encode(flag("f", client_side=False, bucket_by="org"))
     )
     assert {"offVariation", "bucketBy", "clientSide"} <= set(encoded)
+
+
+# The commonest targeted flag (one ``in`` rule, a percentage rollout for the rest) compiles to
+# one closure; the same flag in shapes that are not fused (the clause twice, a rollout of three
+# with an empty third) runs through the general closures. Both must answer alike.
+_SAME_RULE = clause("country", "in", "US", "CA", "")
+FUSED = environment(
+    flag(
+        "fused", salt="s", rules=[rule(_SAME_RULE, id="r")], fallthrough=[(0, 30_000), (1, 70_000)]
+    ),
+    flag(
+        "plain",
+        salt="s",
+        rules=[rule(_SAME_RULE, _SAME_RULE, id="r")],
+        fallthrough=[(0, 30_000), (1, 70_000), (1, 0)],
+    ),
+)
+
+
+def test_the_fused_shape_is_the_one_compiled() -> None:
+    assert FUSED.runs["fused"].__name__ == "in_rule_then_split_by_key"
+    assert FUSED.runs["plain"].__name__ == "one_rule"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    context=st.fixed_dictionaries(
+        {"key": any_text.filter(bool)},
+        optional={"country": st.sampled_from(["US", "CA", "", "DE", 1]) | json_values},
+    )
+)
+def test_the_fused_shape_answers_as_the_general_one(context: dict[str, Any]) -> None:
+    fused = evaluate(FUSED, "fused", context, 0)
+    plain = evaluate(FUSED, "plain", context, 0)
+    fields = ("value", "variation", "reason", "rule_index", "rule_id", "in_rollout", "error_kind")
+    assert [getattr(fused, f) for f in fields] == [getattr(plain, f) for f in fields]
