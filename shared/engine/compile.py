@@ -333,8 +333,9 @@ def _assemble(
 
 
 def _first_rule(flag: FlagSnapshot) -> StringIn | None:
-    """The flag's first rule as a ``StringIn``, when it is one (after its rules compiled)."""
-    return string_in(flag.rules[0].clauses) if flag.rules else None
+    """The flag's only rule as a ``StringIn``, when it is one (after its rules compiled): the
+    one shape ``_one_rule`` fuses with a rollout."""
+    return string_in(flag.rules[0].clauses) if len(flag.rules) == 1 else None
 
 
 def build_flag(
