@@ -40,12 +40,11 @@ from shared.engine.rules import (
     SegmentResolver,
     StringIn,
     bucket_input,
-    compile_clauses,
+    compile_rule_clauses,
     compile_segment,
     never,
     segment_references,
     sequence,
-    string_in,
     text,
 )
 from shared.wire.snapshot import (
@@ -302,17 +301,17 @@ def _assemble(
     targets: Mapping[str, Evaluation],
     rules: Rules,
     fallthrough: _Serve,
-    first_rule: StringIn | None,
+    shapes: Sequence[StringIn | None],
 ) -> FlagFn:
     """One closure per flag shape, so the common shapes run without loops or checks.
-    ``first_rule``: the first rule's clauses, when they are one ``StringIn``."""
+    ``shapes``: each rule's clauses, when they are one ``StringIn``."""
     fall = fallthrough.run
     if not prereqs and not targets:
         if not rules:
             return fall
         first_match, first_hit, _ = rules[0]
         if len(rules) == 1 and first_hit is not None:
-            return _one_rule(first_match, first_hit, fallthrough, first_rule)
+            return _one_rule(first_match, first_hit, fallthrough, shapes[0])
 
     def flag(context: Context, key: str) -> Evaluation:
         for run, required, failed in prereqs:
@@ -330,12 +329,6 @@ def _assemble(
         return fall(context, key)
 
     return flag
-
-
-def _first_rule(flag: FlagSnapshot) -> StringIn | None:
-    """The flag's only rule as a ``StringIn``, when it is one (after its rules compiled): the
-    one shape ``_one_rule`` fuses with a rollout."""
-    return string_in(flag.rules[0].clauses) if len(flag.rules) == 1 else None
 
 
 def build_flag(
@@ -400,13 +393,15 @@ def build_flag(
             targets.setdefault(text(value, f"{path}.values[{j}]"), hit)
 
     rules = []
+    shapes: list[StringIn | None] = []  # each rule's clauses, when they are one ``StringIn``
     for i, rule in enumerate(sequence(flag.rules, "rules")):
         path = f"rules[{i}]"
         if not isinstance(rule, Rule):
             raise InvalidAt(path, "expected a rule")
         rule_id = text(rule.id, f"{path}.id", empty=True)
         text(rule.description, f"{path}.description", empty=True)
-        match = compile_clauses(rule.clauses, f"{path}.clauses", resolve_segment)
+        match, shape = compile_rule_clauses(rule.clauses, f"{path}.clauses", resolve_segment)
+        shapes.append(shape)
 
         def rule_result(
             idx: int, in_rollout: bool, i: int = i, rule_id: str = rule_id
@@ -425,7 +420,7 @@ def build_flag(
         flag.fallthrough, "fallthrough", variations, fallthrough_result, salt, bucket_by
     )
     run = (
-        _assemble(tuple(prereqs), targets, tuple(rules), fallthrough, _first_rule(flag))
+        _assemble(tuple(prereqs), targets, tuple(rules), fallthrough, shapes)
         if flag.enabled
         else _constant(off)
     )

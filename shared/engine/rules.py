@@ -69,9 +69,33 @@ def _apply(value: Any, predicate: operators.Predicate, negate: bool) -> bool:
     return predicate(value) is not negate
 
 
-def _attribute_matcher(
-    attribute: str, predicate: operators.Predicate, strings: frozenset[str] | None, negate: bool
-) -> Matcher:
+class StringIn(NamedTuple):
+    """A clause ``attribute in [strings]`` on a context attribute (not ``key`` or ``kind``), not
+    negated: its matcher, and its parts for flag shapes that inline that matcher
+    (``shared.engine.compile``'s rule-then-rollout closure)."""
+
+    attribute: str
+    strings: frozenset[str]
+    predicate: operators.Predicate
+
+    def holds(self, value: Any) -> bool:
+        """For a value that is not a string (a string is just looked up in ``strings``)."""
+        return _apply(value, self.predicate, False)
+
+    def matcher(self) -> Matcher:
+        attribute, strings, predicate = self
+
+        # One dict lookup and one set lookup for a string attribute.
+        def match_in(context: Context, key: str) -> bool:
+            value = context.get(attribute)
+            if value.__class__ is str:
+                return value in strings
+            return _apply(value, predicate, False)
+
+        return match_in
+
+
+def _attribute_matcher(attribute: str, predicate: operators.Predicate, negate: bool) -> Matcher:
     if attribute == "key":
 
         def match_key(context: Context, key: str) -> bool:
@@ -85,15 +109,6 @@ def _attribute_matcher(
             return _apply("user" if kind is None else kind, predicate, negate)
 
         return match_kind
-    if strings is not None and not negate:
-        # ``in`` against a string attribute: one dict lookup and one set lookup.
-        def match_in(context: Context, key: str) -> bool:
-            value = context.get(attribute)
-            if value.__class__ is str:
-                return value in strings
-            return _apply(value, predicate, False)
-
-        return match_in
 
     def match(context: Context, key: str) -> bool:
         return _apply(context.get(attribute), predicate, negate)
@@ -101,7 +116,10 @@ def _attribute_matcher(
     return match
 
 
-def compile_clause(clause: Any, path: str, resolve_segment: SegmentResolver) -> Matcher:
+def compile_clause(
+    clause: Any, path: str, resolve_segment: SegmentResolver
+) -> tuple[Matcher, StringIn | None]:
+    """The clause's matcher, and the clause as a ``StringIn`` when it is one."""
     if not isinstance(clause, Clause):
         raise InvalidAt(path, "expected a clause")
     op = clause.op
@@ -126,49 +144,36 @@ def compile_clause(clause: Any, path: str, resolve_segment: SegmentResolver) -> 
                     return not negate
             return negate
 
-        return match_segments
+        return match_segments, None
     attribute = text(clause.attribute, f"{path}.attribute")
     predicate, strings = operators.compile_predicate(op, values, f"{path}.values")
-    return _attribute_matcher(attribute, predicate, strings, negate)
-
-
-class StringIn(NamedTuple):
-    """A rule whose one clause is ``attribute in [strings]`` on a context attribute: the
-    matcher ``_attribute_matcher`` builds for it, in parts, for flag shapes that inline it
-    (``shared.engine.compile``'s rule-then-rollout closure)."""
-
-    attribute: str
-    strings: frozenset[str]
-    predicate: operators.Predicate
-
-    def holds(self, value: Any) -> bool:
-        """For a value that is not a string (a string is just looked up in ``strings``)."""
-        return _apply(value, self.predicate, False)
-
-
-def string_in(clauses: Sequence[Clause]) -> StringIn | None:
-    """``clauses`` as a ``StringIn`` when they are exactly that shape, else None. Only for
-    clauses ``compile_clauses`` has accepted."""
-    if len(clauses) != 1:
-        return None
-    clause = clauses[0]
-    attribute = clause.attribute
-    if clause.op != "in" or clause.negate or attribute is None or attribute in ("key", "kind"):
-        return None
-    predicate, strings = operators.compile_predicate("in", clause.values, "values")
-    return None if strings is None else StringIn(attribute, strings, predicate)
+    if strings is not None and not negate and attribute not in ("key", "kind"):
+        shape = StringIn(attribute, strings, predicate)
+        return shape.matcher(), shape
+    return _attribute_matcher(attribute, predicate, negate), None
 
 
 def compile_clauses(clauses: Any, path: str, resolve_segment: SegmentResolver) -> Matcher:
     """All of ``clauses`` must match (no clauses: everyone matches)."""
-    matchers = tuple(
+    return compile_rule_clauses(clauses, path, resolve_segment)[0]
+
+
+def compile_rule_clauses(
+    clauses: Any, path: str, resolve_segment: SegmentResolver
+) -> tuple[Matcher, StringIn | None]:
+    """``compile_clauses``, and the clauses as a ``StringIn`` when they are one such clause."""
+    compiled = [
         compile_clause(clause, f"{path}[{i}]", resolve_segment)
         for i, clause in enumerate(sequence(clauses, path))
-    )
+    ]
+    if len(compiled) == 1:
+        return compiled[0]
+    return _all_of(tuple(matcher for matcher, _ in compiled)), None
+
+
+def _all_of(matchers: tuple[Matcher, ...]) -> Matcher:
     if not matchers:
         return always
-    if len(matchers) == 1:
-        return matchers[0]
     if len(matchers) == 2:
         first, second = matchers
         return lambda context, key: first(context, key) and second(context, key)
