@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
-from litestar import Litestar, MediaType, Response, Router, get
+from litestar import Litestar, Response, Router
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -17,7 +17,6 @@ from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.types import ControllerRouterHandler
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.auth import KeyAuthenticationMiddleware
@@ -39,6 +38,7 @@ from control_plane.domain.segments.controllers import SegmentController
 from control_plane.domain.webhooks.controllers import WebhookController
 from control_plane.domain.webhooks.dispatcher import Dispatcher, DispatchSettings
 from control_plane.errors import ERROR_RESPONSES, EXCEPTION_HANDLERS, etag
+from control_plane.health import healthz, metrics, readyz
 from control_plane.publishing.hub import Hub, run_reconciler
 from control_plane.publishing.provider_feed import snapshot_stream
 from control_plane.publishing.publisher import LocalPublisher, Publisher, RedisPublisher
@@ -63,24 +63,7 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     relay_stream,
     snapshot_stream,
 ]
-UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/schema"]
-
-
-@get("/healthz", include_in_schema=False, media_type=MediaType.JSON)
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
-
-
-@get("/readyz", include_in_schema=False, media_type=MediaType.JSON)
-async def readyz(state: State) -> Any:
-    from litestar import Response
-
-    try:
-        async with state.sessionmaker() as session:
-            await session.execute(text("SELECT 1"))
-    except Exception as exc:
-        return Response({"status": "unavailable", "database": str(exc)}, status_code=503)
-    return {"status": "ready", "database": "ok"}
+UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema"]
 
 
 def configure_logging() -> None:
@@ -154,7 +137,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         for prefix in ("/api/v1", "/v1")
     ]
     app = Litestar(
-        route_handlers=[healthz, readyz, *api],
+        route_handlers=[healthz, readyz, metrics, *api],
         state=State(
             {
                 "sessionmaker": sessionmaker,

@@ -11,8 +11,11 @@ lagging control-plane replica, a duplicate) is refused and logged, never served.
 does not start at the version the relay holds makes it ask again (a new ``Hello`` naming its
 versions); the control plane then sends what the relay lacks.
 
-An environment the control plane no longer names in its ``Welcome`` is removed cleanly: its keys
-stop resolving at once, its open event streams end, its disk copy is deleted.
+An environment the control plane no longer names in a ``Welcome`` (sent again when one is
+deleted) or in its heartbeat ``Ping`` is removed cleanly: its keys stop resolving at once, its
+open event streams end, its disk copy is deleted. The ``Ping`` also names the newest committed
+version of each environment, so a relay the control plane failed to send a change to reports
+itself behind (``/readyz`` ``versionsBehind``) instead of current.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -118,10 +121,7 @@ class SyncClient:
                 self.store.expected = frozenset(environments)
                 self.heartbeat_s = heartbeat_ms / 1000
                 self.store.stale_after = max(self.settings.stale_after_s, 3 * self.heartbeat_s)
-                for environment in sorted(set(self.store.states) - set(environments)):
-                    logger.warning("no longer allowed to serve %s; dropping it", environment)
-                    self.store.remove(environment)
-                    self.files.schedule_removal(environment)
+                self._drop_all_but(environments)
             case p.SnapshotMessage(snapshot=snapshot, access=access):
                 self.store.note_offered(snapshot.environment, snapshot.version)
                 previous = self.store.get(snapshot.environment)
@@ -151,10 +151,22 @@ class SyncClient:
                     lambda: EnvironmentState.patched(base, patch),
                     patch,
                 )
-            case p.Ping(sent_at=sent_at):
+            case p.Ping(sent_at=sent_at, environments=committed):
                 await socket.send(p.encode(p.Pong(sent_at=sent_at)))
+                if committed is not None:
+                    for environment, version in committed.items():
+                        self.store.note_offered(environment, version)
+                    self._drop_all_but(committed)
             case p.Pong():
                 pass
+
+    def _drop_all_but(self, environments: Iterable[str]) -> None:
+        """Stop serving every environment upstream no longer names (deleted, or the key lost
+        access): its keys stop resolving at once, its streams end, its disk copy goes."""
+        for environment in sorted(set(self.store.states) - set(environments)):
+            logger.warning("no longer allowed to serve %s; dropping it", environment)
+            self.store.remove(environment)
+            self.files.schedule_removal(environment)
 
     def _refuse(self, environment: str, version: int, current: int) -> None:
         self.refused += 1

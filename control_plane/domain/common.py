@@ -16,7 +16,7 @@ from control_plane.db.ids import new_id
 from control_plane.db.models import AuditEntry, Base, Environment
 from control_plane.domain.webhooks import outbox
 from control_plane.errors import not_found, stale_version
-from control_plane.publishing.publisher import Change, Reason
+from control_plane.publishing.change import Change, Reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,14 @@ of flags, segments, experiments or access, does it compile the whole environment
 (``Hub.refresh``, also what the reconciler uses). The full snapshot frame is encoded only when a
 relay needs it.
 
+A flag, segment or experiment that cannot be encoded for the wire (stored before the API bounded
+its values) never stops its environment from publishing: the item is left out — the relays keep
+the last version of it they were sent, if any — and reported (``Hub.left_out``, the control
+plane's ``/readyz`` and ``/metrics``, an error in the log). An environment whose publication
+fails for any other reason is reported the same way (``Hub.failing``) until one succeeds.
+Deleted environments (``Change.removed``, or found gone by the reconciler) leave every feed and
+connection at once: a relay is sent a new ``Welcome`` without them, a provider's stream ends.
+
 Delivery is latest-wins per relay: a connection holds at most one pending marker per
 environment, and its sender decides at send time what to send — nothing if the relay is
 current, the chain of patches from the relay's version if the feed still has it, or the full
@@ -24,23 +32,54 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.db.models import ApiKey, Environment
+from control_plane.publishing.change import Change, EnvironmentChange
 from control_plane.publishing.compiler import compile_change, compile_environment
 from shared.wire import protocol as p
 from shared.wire.snapshot import Snapshot
 
-if TYPE_CHECKING:
-    from control_plane.publishing.publisher import Change, EnvironmentChange
-
 logger = logging.getLogger("vane.publishing")
 
 PATCH_HISTORY = 64
+UNENCODABLE = (OverflowError, TypeError, ValueError, msgspec.EncodeError)
+"""What msgspec raises for a value the wire cannot carry (an integer past 64 bits, above all)."""
+_item_encoder = msgspec.msgpack.Encoder()
+
+
+def leave_out_unencodable(
+    snapshot: Snapshot, previous: Snapshot | None
+) -> tuple[Snapshot, dict[str, str]]:
+    """``snapshot`` without the flags, segments and experiments that cannot be encoded, each
+    replaced by its version in ``previous`` (what relays were last sent) when there is one; and
+    why each was left out (``{"flags.<key>": reason}``). Items shared with ``previous`` were
+    encoded before and are not checked again."""
+    left_out: dict[str, str] = {}
+    parts: dict[str, Any] = {}
+    for kind in ("flags", "segments", "experiments"):
+        items: dict[str, Any] = getattr(snapshot, kind)
+        before: dict[str, Any] = getattr(previous, kind) if previous is not None else {}
+        kept = dict(items)
+        for key, item in items.items():
+            if before.get(key) is item:
+                continue
+            try:
+                _item_encoder.encode(item)
+            except UNENCODABLE as exc:
+                left_out[f"{kind}.{key}"] = f"cannot be encoded for the relays: {exc}"
+                if key in before:
+                    kept[key] = before[key]
+                else:
+                    del kept[key]
+        parts[kind] = kept
+    if not left_out:
+        return snapshot, {}
+    return msgspec.structs.replace(snapshot, **parts), left_out
 
 
 @dataclass
@@ -100,9 +139,20 @@ class Connection:
     versions: dict[str, int] = field(default_factory=dict)  # by environment key
     pending: set[str] = field(default_factory=set)  # environment ids
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    heartbeat_ms: int = 0
+    welcome_again: bool = False  # an environment it reads was deleted: tell it which are left
 
     def mark(self, environment_id: str) -> None:
         self.pending.add(environment_id)
+        self.wake.set()
+
+    def drop(self, environment_id: str, environment_key: str | None) -> None:
+        """``environment_id`` (``environment_key``) was deleted: stop reading it."""
+        self.environment_ids = self.environment_ids - {environment_id}
+        self.pending.discard(environment_id)
+        if environment_key is not None:
+            self.versions.pop(environment_key, None)
+        self.welcome_again = True
         self.wake.set()
 
 
@@ -113,6 +163,10 @@ class Hub:
         self.connections: set[Connection] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._announced: dict[str, int] = {}  # environment id -> changes announced, not applied
+        self.failing: dict[str, str] = {}  # environment id -> why its last publication failed
+        self.left_out: dict[str, dict[str, str]] = {}  # environment id -> item -> why
+        self.failures = 0  # publications that failed, since start
+        self.names: dict[str, str] = {}  # environment id -> key, for reports
 
     # --- building feeds ---------------------------------------------------------------------
 
@@ -179,9 +233,43 @@ class Hub:
                 self._announced.pop(environment_id, None)
 
     async def apply(self, change: Change) -> None:
-        """Publish one commit's change: per environment, read and ship only what it touched."""
+        """Publish one commit's change: per environment, read and ship only what it touched; an
+        environment that fails is reported (``failing``) and the others still go out."""
+        for environment_id in sorted(change.removed):
+            self.remove(environment_id)
         for environment_id, what in sorted(change.environments.items()):
-            await self.apply_one(change.project_id, environment_id, what)
+            await self._reported(
+                environment_id, self.apply_one(change.project_id, environment_id, what)
+            )
+
+    async def _reported(self, environment_id: str, work: Any) -> None:
+        """Await ``work`` (publishing one environment), noting whether it failed and why."""
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.failures += 1
+            self.failing[environment_id] = f"{type(exc).__name__}: {exc}"
+            logger.exception(
+                "publishing %s failed; the reconciler retries it",
+                self.names.get(environment_id, environment_id),
+            )
+        else:
+            self.failing.pop(environment_id, None)
+
+    def remove(self, environment_id: str) -> None:
+        """``environment_id`` was deleted: drop its feed, and tell every relay and provider that
+        reads it (a relay gets a new ``Welcome`` without it; a provider's stream ends)."""
+        feed = self.feeds.pop(environment_id, None)
+        key = feed.key if feed is not None else self.names.get(environment_id)
+        for report in (self.failing, self.left_out, self.names):
+            report.pop(environment_id, None)
+        for connection in self.connections:
+            if environment_id in connection.environment_ids:
+                connection.drop(environment_id, key)
+        if feed is not None:
+            logger.info("environment %s was deleted; its relays and providers drop it", key)
 
     async def apply_one(
         self, project_id: str, environment_id: str, what: EnvironmentChange
@@ -239,18 +327,67 @@ class Hub:
         old: Feed | None,
         patch: p.Patch | None,
     ) -> None:
-        """Make ``snapshot`` the environment's feed; keep the patch from ``old`` to it."""
-        feed = Feed(environment_id, project_id, snapshot, access)
-        if old is not None:
-            feed.patches = old.patches
-            if patch is None:
-                patch = p.diff(old.snapshot, snapshot, access if access != old.access else None)
-            feed.patches.append((patch, p.encode(patch)))
+        """Make ``snapshot`` the environment's feed; keep the patch from ``old`` to it. Whatever
+        cannot be encoded is left out and reported, never allowed to stop the rest."""
+        previous = old.snapshot if old is not None else None
+        new_access = access if old is None or access != old.access else None
+        try:
+            feed, patch = self._feed(environment_id, project_id, snapshot, access, old, patch)
+        except UNENCODABLE:
+            snapshot, found = leave_out_unencodable(snapshot, previous)
+            self.left_out.setdefault(environment_id, {}).update(found)
+            for item, why in sorted(found.items()):
+                logger.error(
+                    "%s: %s %s; left out of what relays are sent until it is fixed",
+                    snapshot.environment,
+                    item,
+                    why,
+                )
+            patch = p.diff(previous, snapshot, new_access) if previous is not None else None
+            feed, patch = self._feed(environment_id, project_id, snapshot, access, old, patch)
+        self.names[environment_id] = snapshot.environment
+        if old is not None and old.key != snapshot.environment:  # renamed: the old key is gone
+            for connection in self.connections:
+                if connection.versions.pop(old.key, None) is not None:
+                    connection.welcome_again = True
+        left = self.left_out.get(environment_id)
+        if left and patch is not None:  # items the patch ships again are fixed (or deleted)
+            for kind, changed, removed in (
+                ("flags", patch.flags, patch.removed_flags),
+                ("segments", patch.segments, patch.removed_segments),
+                ("experiments", patch.experiments, patch.removed_experiments),
+            ):
+                for key in (*changed, *removed):
+                    left.pop(f"{kind}.{key}", None)
+        if not left:
+            self.left_out.pop(environment_id, None)
         self.feeds[environment_id] = feed
+
+    @staticmethod
+    def _feed(
+        environment_id: str,
+        project_id: str,
+        snapshot: Snapshot,
+        access: p.Access,
+        old: Feed | None,
+        patch: p.Patch | None,
+    ) -> tuple[Feed, p.Patch | None]:
+        """The feed of ``snapshot`` with its frame encoded (the patch from ``old``, or the full
+        snapshot for a first feed): raises ``UNENCODABLE`` if the wire cannot carry it."""
+        feed = Feed(environment_id, project_id, snapshot, access)
+        if old is None:
+            feed.full_frame  # noqa: B018 - encoded now: a relay reads this feed next
+            return feed, None
+        if patch is None:
+            patch = p.diff(old.snapshot, snapshot, access if access != old.access else None)
+        frame = p.encode(patch)
+        feed.patches = old.patches
+        feed.patches.append((patch, frame))
+        return feed, patch
 
     async def refresh(self, environment_ids: Iterable[str]) -> None:
         for environment_id in sorted(set(environment_ids)):
-            await self.refresh_one(environment_id)
+            await self._reported(environment_id, self.refresh_one(environment_id))
 
     async def refresh_one(self, environment_id: str) -> None:
         """Recompile one environment; if its version moved on, tell every relay that reads it."""
@@ -274,21 +411,57 @@ class Hub:
             connection.mark(environment_id)
 
     async def reconcile(self) -> None:
-        """Catch up with changes this replica was not told about (a missed Redis notice)."""
-        if not self.feeds:
+        """Catch up with what this replica was not told about (a missed Redis notice): versions
+        the database has moved past, and environments deleted meanwhile, which leave every feed
+        and connection (a relay holding one it should not is sent a new ``Welcome``)."""
+        projects = {feed.project_id for feed in self.feeds.values()} | {
+            connection.project_id for connection in self.connections
+        }
+        if not projects:
             return
         async with self._sessionmaker() as session:
-            rows = await session.execute(
-                select(Environment.id, Environment.snapshot_version).where(
-                    Environment.id.in_(list(self.feeds))
+            rows = (
+                await session.execute(
+                    select(
+                        Environment.id,
+                        Environment.key,
+                        Environment.project_id,
+                        Environment.snapshot_version,
+                    ).where(Environment.project_id.in_(sorted(projects)))
+                )
+            ).all()
+        versions = {env_id: version for env_id, _key, _project, version in rows}
+        keys: dict[str, set[str]] = {}
+        for _env_id, key, project_id, _version in rows:
+            keys.setdefault(project_id, set()).add(key)
+        for environment_id in [e for e in self.feeds if e not in versions]:
+            self.remove(environment_id)
+        for connection in self.connections:
+            for environment_id in connection.environment_ids - versions.keys():
+                connection.drop(environment_id, None)
+            unknown = connection.versions.keys() - keys.get(connection.project_id, set())
+            if unknown:  # it holds environments deleted (or renamed) meanwhile
+                for key in unknown:
+                    connection.versions.pop(key, None)
+                connection.welcome_again = True
+                connection.wake.set()
+        stale = [
+            env_id
+            for env_id, feed in self.feeds.items()
+            if versions.get(env_id, 0) > feed.version and env_id not in self._announced
+        ]
+        await self.refresh(stale)
+
+    async def environment_keys(self, environment_ids: Iterable[str]) -> tuple[str, ...]:
+        """The keys of those of ``environment_ids`` that exist, in the order relays are told."""
+        async with self._sessionmaker() as session:
+            return tuple(
+                await session.scalars(
+                    select(Environment.key)
+                    .where(Environment.id.in_(sorted(environment_ids)))
+                    .order_by(Environment.created_at, Environment.key)
                 )
             )
-            stale = [
-                env_id
-                for env_id, version in rows
-                if version > self.feeds[env_id].version and env_id not in self._announced
-            ]
-        await self.refresh(stale)
 
     async def environments_of(
         self, project_id: str, environment_id: str | None
@@ -312,6 +485,12 @@ class Hub:
     async def frames_for(self, connection: Connection) -> list[bytes]:
         """Everything pending for ``connection``; updates what it is known to hold."""
         frames: list[bytes] = []
+        if connection.welcome_again:  # environments were deleted: name the ones left
+            connection.welcome_again = False
+            environments = await self.environment_keys(connection.environment_ids)
+            frames.append(
+                p.encode(p.Welcome(environments=environments, heartbeat_ms=connection.heartbeat_ms))
+            )
         while connection.pending:
             environment_id = connection.pending.pop()
             feed = await self.feed(environment_id)

@@ -10,10 +10,12 @@ from typing import Any
 
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import KeyKind, Principal, find_principal, requires
+from control_plane.db.models import Environment
 from control_plane.publishing.hub import Connection, Hub, now_ms
 from shared.wire import protocol as p
 
@@ -69,9 +71,14 @@ class RelaySession:
             if time.monotonic() - self.last_heard > 3 * self.heartbeat_s:
                 await self.socket.close(CLOSE_SILENT, "no heartbeat from relay")
                 return
+            environments: dict[str, int] | None = None
             try:
                 async with sessionmaker() as session:
                     revoked = await find_principal(session, token) is None
+                    if not revoked:
+                        environments = await committed_versions(
+                            session, self.connection.environment_ids
+                        )
             except (SQLAlchemyError, OSError) as exc:
                 # the database is away: keep serving the relay what it has; check next beat
                 logger.warning("could not check relay %s's key: %s", self.connection.relay_id, exc)
@@ -79,7 +86,19 @@ class RelaySession:
             if revoked:
                 await self.socket.close(CLOSE_REVOKED, "relay key revoked")
                 return
-            await self.send(p.encode(p.Ping(sent_at=now_ms())))
+            await self.send(p.encode(p.Ping(sent_at=now_ms(), environments=environments)))
+
+
+async def committed_versions(
+    session: AsyncSession, environment_ids: frozenset[str]
+) -> dict[str, int]:
+    """The newest committed version of each of ``environment_ids`` that still exists, by key."""
+    rows = await session.execute(
+        select(Environment.key, Environment.snapshot_version).where(
+            Environment.id.in_(sorted(environment_ids))
+        )
+    )
+    return {row.key: row.snapshot_version for row in rows}
 
 
 @websocket("/relay/stream", guards=[requires(KeyKind.RELAY)], include_in_schema=False)
@@ -96,19 +115,21 @@ async def relay_stream(socket: WebSocket[Principal, str, Any]) -> None:
         await socket.close(CLOSE_PROTOCOL, "the first message must be hello")
         return
     environments = await hub.environments_of(principal.project_id, principal.environment_id)
+    names = {e.key for e in environments}
     connection = Connection(
         relay_id=hello.relay,
         project_id=principal.project_id,
         environment_ids=frozenset(e.id for e in environments),
         bound=principal.environment_id is not None,
-        versions=dict(hello.versions),
+        versions={key: v for key, v in hello.versions.items() if key in names},
+        heartbeat_ms=int(heartbeat_s * 1000),
     )
     session = RelaySession(socket, hub, connection, heartbeat_s)
     await session.send(
         p.encode(
             p.Welcome(
                 environments=tuple(e.key for e in environments),
-                heartbeat_ms=int(heartbeat_s * 1000),
+                heartbeat_ms=connection.heartbeat_ms,
             )
         )
     )

@@ -18,8 +18,13 @@ import msgspec
 T = TypeVar("T")
 
 MAX_DEPTH = 32
-MAX_BODY_BYTES = 1 << 20  # a request body, by default, on either side
 """Nesting allowed in stored free-form JSON (event ``props``, json flag variations)."""
+MAX_BODY_BYTES = 1 << 20  # a request body, by default, on either side
+MAX_SAFE_INTEGER = 2**53 - 1
+"""The bound on every number that reaches a snapshot or an event: exact as an IEEE double (what a
+browser's JSON reads) and far inside msgpack's 64-bit integers (the relays' wire), so whatever the
+API accepts can travel everywhere. JSON that is not a finite number within it is refused."""
+NUMBER_RULE = f"numbers must be finite and within ±{MAX_SAFE_INTEGER} (2^53 - 1)"
 
 EMPTY = "request body is empty: send a JSON object"
 
@@ -73,3 +78,33 @@ def encoded_depth_exceeds(encoded: bytes, value: Any, limit: int = MAX_DEPTH) ->
     if encoded.count(b"{") + encoded.count(b"[") <= limit:
         return False
     return depth_exceeds(value, limit)
+
+
+def number_in_range(value: Any) -> bool:
+    """True if ``value`` is a finite number within ±``MAX_SAFE_INTEGER`` (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # NaN compares False
+
+
+def numbers_out_of_range(value: Any) -> bool:
+    """True if any number in ``value`` (decoded JSON, nested) is outside ``number_in_range``."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, int | float) and not number_in_range(item):
+            return True  # (a bool is an int, and always in range)
+    return False
+
+
+def value_problem(value: Any) -> str | None:
+    """Why free-form JSON (a json flag's variation) cannot be stored and published, or None."""
+    if depth_exceeds(value):
+        return f"nested at most {MAX_DEPTH} levels deep"
+    if numbers_out_of_range(value):
+        return NUMBER_RULE
+    return None

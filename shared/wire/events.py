@@ -20,7 +20,7 @@ from shared.wire import body
 from shared.wire.currencies import ISO_4217
 
 MAX_BATCH = 1000
-MAX_VALUE = 2**53 - 1
+MAX_VALUE = body.MAX_SAFE_INTEGER
 """Largest ``|value|`` in minor units (about 90 trillion euros): exact as a double, and a sum of
 any number of them cannot overflow the types results are computed in."""
 RESERVED_PREFIX = "$"
@@ -39,6 +39,7 @@ EARLIEST_TS = 946_684_800_000  # 2000-01-01: anything earlier is almost surely s
 FUTURE_SLACK_MS = 24 * 3600 * 1000
 
 _NUL = "must not contain NUL (\\u0000) characters"  # no database stores them in text
+_LONG_NUMBER = re.compile(rb"\d{16}")  # only such props can hold a number out of range
 _ENCODED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL, not an escaped backslash
 Source = Literal["server", "management", "relay", "browser"]
 Problem = tuple[str, str]
@@ -107,6 +108,9 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
             problems.append((f"{prefix}props", _NUL))
         elif body.encoded_depth_exceeds(encoded, item.props):
             problems.append((f"{prefix}props", f"nested at most {body.MAX_DEPTH} levels deep"))
+        elif _LONG_NUMBER.search(encoded) and body.numbers_out_of_range(item.props):
+            # an integer past 64 bits cannot be spooled or forwarded (msgpack) at all
+            problems.append((f"{prefix}props", body.NUMBER_RULE))
     if item.url is not None:
         if len(item.url) > MAX_URL:
             problems.append((f"{prefix}url", f"at most {MAX_URL} characters"))

@@ -4,7 +4,10 @@ A relay connects with its ``rsk_`` key and sends ``Hello`` with the snapshot ver
 environment. The control plane answers ``Welcome`` (the environments the key may read), then per
 environment: nothing (the relay is current), ``Patch`` messages in order (it is a few versions
 behind), or one ``SnapshotMessage`` (anything else). Afterwards every committed change arrives
-the same way. Both sides send ``Ping`` every ``heartbeat_ms`` and answer with ``Pong``.
+the same way. Both sides send ``Ping`` every ``heartbeat_ms`` and answer with ``Pong``; the
+control plane's ``Ping`` also names the environments the relay may read and the newest version
+committed for each, so a relay the hub failed to reach still knows it is behind. A deleted
+environment is announced by a new ``Welcome`` that no longer names it: the relay drops it.
 
 ``Access`` travels with snapshots: hashes of the public and server keys that may call a relay,
 so a relay checks keys locally and a revoked key stops at every relay with the next patch.
@@ -76,6 +79,10 @@ class Patch(Message, tag="patch", frozen=True):
 
 class Ping(Message, tag="ping", frozen=True):
     sent_at: int  # epoch milliseconds
+    environments: dict[str, int] | None = None
+    """From the control plane: every environment the relay may read, with the newest version
+    committed for it. A relay serving less reports itself behind (whatever the hub managed to
+    send); one serving an environment not named drops it (deleted, its keys with it)."""
 
 
 class Pong(Message, tag="pong", frozen=True):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from control_plane.publishing.change import Change
 from control_plane.publishing.hub import Hub
-from control_plane.publishing.publisher import Change
 from shared.wire import protocol as p
 from tests.conftest import Api
 from tests.publishing.test_publish_the_change import Relay, comparable, from_scratch

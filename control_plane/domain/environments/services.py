@@ -198,6 +198,6 @@ async def delete_environment(scope: Scope, key: str, *, revoke_keys: bool) -> s.
     await scope.session.execute(delete(ApiKey).where(ApiKey.environment_id == env.id))
     await scope.session.delete(env)
     await scope.session.flush()
-    scope.change.discard(env.id)  # nothing left to publish for it
+    scope.change.remove(env.id)  # relays and providers drop it and the keys bound to it
     scope.audit("environment.delete", "environment", key, before=before)
     return s.EnvironmentDeleted(key=key, deleted=True, revoked_keys=[k.id for k in bound])

@@ -24,6 +24,7 @@ KEY_PATTERN = re.compile(r"^[a-z0-9_.\-]{1,128}$")
 KEY_RULE = "must be 1 to 128 characters of lowercase letters, digits, '_', '-' and '.'"
 MAX_NAME = 200
 MAX_VALUES_PER_CLAUSE = 10_000
+MAX_VARIATION_IDX = 9_999  # an index into a flag's variations, never a value in itself
 
 OPERATORS = frozenset(
     {
@@ -84,21 +85,21 @@ def check_tags(problems: Problems, field: str, tags: Sequence[str]) -> None:
             problems.add(f"{field}[{i}]", "a tag is 1 to 64 characters")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _type_ok(flag_type: str, value: Any) -> bool:
     if flag_type == "boolean":
         return isinstance(value, bool)
     if flag_type == "string":
         return isinstance(value, str)
     if flag_type == "number":
-        return _is_number(value) and math.isfinite(value)
-    return True  # json: any JSON value
+        return body.number_in_range(value)
+    return True  # json: any JSON value (its numbers are checked by ``body.value_problem``)
 
 
-_TYPE_WORDS = {"boolean": "a boolean", "string": "a string", "number": "a finite number"}
+_TYPE_WORDS = {
+    "boolean": "a boolean",
+    "string": "a string",
+    "number": f"a finite number within ±{body.MAX_SAFE_INTEGER} (2^53 - 1)",
+}
 
 
 def variations(
@@ -123,8 +124,8 @@ def variations(
     for position, item in enumerate(given):
         field = f"variations[{position}]"
         idx = position if item.idx is None else item.idx
-        if idx < 0:
-            problems.add(f"{field}.idx", "must be 0 or more")
+        if not 0 <= idx <= MAX_VARIATION_IDX:
+            problems.add(f"{field}.idx", f"must be from 0 to {MAX_VARIATION_IDX}")
         elif idx in seen:
             problems.add(f"{field}.idx", f"idx {idx} is used twice")
         seen.add(idx)
@@ -132,8 +133,8 @@ def variations(
             problems.add(
                 f"{field}.value", f"must be {_TYPE_WORDS[flag_type]} for a {flag_type} flag"
             )
-        elif body.depth_exceeds(item.value):
-            problems.add(f"{field}.value", f"nested at most {body.MAX_DEPTH} levels deep")
+        elif (problem := body.value_problem(item.value)) is not None:
+            problems.add(f"{field}.value", problem)
         else:
             same = values.setdefault(_value_identity(flag_type, item.value), position)
             if same != position:
@@ -288,10 +289,10 @@ def _op_family(op: str) -> str:
 
 _VALUE_RULES = {
     "string": "this operator compares strings: give a string",
-    "number": "this operator compares numbers: give a number",
+    "number": f"this operator compares numbers: give a number within ±{body.MAX_SAFE_INTEGER}",
     "semver": "this operator compares versions: give a semantic version string such as '2.1.0'",
     "date": "this operator compares dates: give an RFC 3339 string or epoch milliseconds",
-    "any": "give a string, number or boolean",
+    "any": f"give a string, boolean or number within ±{body.MAX_SAFE_INTEGER}",
 }
 
 
@@ -300,10 +301,10 @@ def _value_ok(op: str, value: Any) -> bool:
     if family in {"string", "semver"}:
         return isinstance(value, str)
     if family == "number":
-        return _is_number(value)
+        return body.number_in_range(value)
     if family == "date":
-        return isinstance(value, str) or _is_number(value)
-    return isinstance(value, str | int | float | bool)
+        return isinstance(value, str) or body.number_in_range(value)
+    return isinstance(value, str | bool) or body.number_in_range(value)
 
 
 def rules(

@@ -28,7 +28,7 @@ from control_plane.domain.flags import services as flags
 from control_plane.domain.flags.schemas import EnvironmentSettingsIn, ServeIn
 from control_plane.domain.schedules.services import schedule_out
 from control_plane.errors import ApiError
-from control_plane.publishing.publisher import Change
+from control_plane.publishing.change import Change
 
 logger = logging.getLogger("vane.schedules")
 
