@@ -35,6 +35,14 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+class Deployment(Base):
+    """One row: this deployment's id (migration 0008), e.g. to name its Redis channel."""
+
+    __tablename__ = "deployment"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+
+
 class Project(Base):
     __tablename__ = "projects"
 

@@ -158,7 +158,7 @@ class Connection:
 
 class Hub:
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
-        self._sessionmaker = sessionmaker
+        self._sessionmaker = self.sessionmaker = sessionmaker
         self.feeds: dict[str, Feed] = {}
         self.connections: set[Connection] = set()
         self._locks: dict[str, asyncio.Lock] = {}

@@ -25,7 +25,9 @@ import msgspec
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy import select
 
+from control_plane.db.models import Deployment
 from control_plane.publishing.change import Change
 from control_plane.publishing.hub import Hub
 from shared.backoff import Backoff
@@ -88,7 +90,12 @@ class LocalPublisher:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
-CHANNEL = "vane:changes"
+def channel_of(deployment_id: str) -> str:
+    """The pub/sub channel of one deployment: two deployments sharing a Redis never hear each
+    other's changes, and every replica of one reads the same id from the database it shares."""
+    return f"vane:{deployment_id}:changes"
+
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Change).decode
 
@@ -108,12 +115,18 @@ class RedisPublisher(LocalPublisher):
         self._listener: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
         self._backoff = Backoff(base=0.2, cap=5.0)
+        self.channel = ""
 
     def publish(self, change: Change) -> None:
         super().publish(change)  # a listener of its own: a failed local push does not stop it
         self._background(self._announce(change))
 
     async def start(self) -> None:
+        async with self.hub.sessionmaker() as session:
+            deployment = await session.scalar(select(Deployment.id))
+        if deployment is None:
+            raise RuntimeError("the database has no deployment id: run the migrations")
+        self.channel = channel_of(deployment)
         self._redis = aioredis.from_url(self._url)
         self._listener = asyncio.create_task(self._listen_forever())
 
@@ -132,7 +145,7 @@ class RedisPublisher(LocalPublisher):
         notice = _encode(msgspec.structs.replace(change, origin=self._replica_id))
         for attempt in range(3):
             try:
-                await self._redis.publish(CHANNEL, notice)
+                await self._redis.publish(self.channel, notice)
                 return
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 # a pooled connection that died while Redis was away fails once; redis-py then
@@ -171,17 +184,17 @@ class RedisPublisher(LocalPublisher):
         assert self._redis is not None
         pubsub = self._redis.pubsub()
         try:
-            await pubsub.subscribe(CHANNEL)
+            await pubsub.subscribe(self.channel)
             self.subscribed.set()
             self._backoff.reset()
-            logger.info("subscribed to Redis channel %s", CHANNEL)
+            logger.info("subscribed to Redis channel %s", self.channel)
             async for message in pubsub.listen():
                 if message.get("type") != "message":
                     continue
                 try:
                     change = _decode(message["data"])
                 except msgspec.ValidationError:
-                    logger.warning("ignoring a malformed change notice on %s", CHANNEL)
+                    logger.warning("ignoring a malformed change notice on %s", self.channel)
                     continue
                 if change.origin != self._replica_id:
                     await self.deliver(change)

@@ -118,7 +118,7 @@ def test_a_relay_behind_upstream_says_so(tmp_path: Path) -> None:
 
         def behind() -> bool:
             production = relay.readyz()["environments"]["production"]
-            return production["version"] == served and production["versionsBehind"] == 2
+            return bool(production["version"] == served and production["versionsBehind"] == 2)
 
         eventually(behind, what=lambda: f"versionsBehind reported: {relay.readyz()}")
     finally:

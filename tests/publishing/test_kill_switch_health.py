@@ -130,7 +130,8 @@ def test_a_value_that_cannot_be_encoded_never_stops_its_environment(api: Api) ->
             patch = patch_for(ws, "production")
         assert patch.flags["kill"].enabled is False  # the kill switch arrives
         # the poisoned flag is left out: relays keep the last version they were sent
-        assert "big" not in patch.flags and "big" not in patch.removed_flags
+        assert "big" not in patch.flags
+        assert "big" not in patch.removed_flags
 
     ready = api.client.get("/readyz")
     assert ready.status_code == 200, ready.text
@@ -142,7 +143,9 @@ def test_a_value_that_cannot_be_encoded_never_stops_its_environment(api: Api) ->
     assert 'vane_publish_left_out_items{environment="production"} 1.0' in metrics
 
     # fixed through the API: it ships again and the report clears
-    fixed = api.patch("/flags/big", {"variations": [{"idx": 0, "value": 7}, {"idx": 1, "value": 1}]})
+    fixed = api.patch(
+        "/flags/big", {"variations": [{"idx": 0, "value": 7}, {"idx": 1, "value": 1}]}
+    )
     assert fixed.status_code == 200, fixed.text
     eventually(lambda: api.client.get("/readyz").json()["publishing"]["leftOut"] == {})
 
