@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import resource
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
-from tests.chaos.cluster import Cluster, Replica, kill, report, until
+from tests.chaos.cluster import Cluster, RelayProcess, Replica, kill, report, until
 from tests.chaos.harness import Browsers, Load, TcpProxy, percentile, small_disk, went_back
 from tests.conftest import REDIS_URL, require_redis, unavailable
 from tests.processes import VANE, Process, free_port, wait_http_ok
@@ -237,6 +240,128 @@ def test_a_lagging_replica_never_rolls_a_relay_back(cluster: Cluster) -> None:
     assert served_after == version
     assert figures["versions_went_back"] == 0
     assert figures["evaluation_failures"] == 0
+
+
+class ProviderStream:
+    """An in-process provider's snapshot feed (server-sent events), read on a thread."""
+
+    def __init__(self, url: str, server_key: str) -> None:
+        self.lines: list[str] = []
+        self.ended = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(url, server_key), daemon=True)
+        self._thread.start()
+
+    def _read(self, url: str, server_key: str) -> None:
+        try:
+            headers = {"Authorization": f"Bearer {server_key}"}
+            with httpx.stream("GET", url, headers=headers, timeout=60) as response:
+                for line in response.iter_lines():
+                    self.lines.append(line)
+        except httpx.HTTPError as exc:
+            self.lines.append(f"error: {exc!r}")
+        finally:
+            self.ended.set()
+
+    def saw(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+
+def test_a_poisoned_value_and_a_deleted_environment_under_load(cluster: Cluster) -> None:
+    """Two faults the kill switch once died of silently: a stored value the wire cannot carry (it
+    stopped every publication of its environment), and an environment deleted with its keys
+    revoked (it lived on at connected relays and providers). Then a toggle must arrive."""
+    cp1, cp2 = two_by_two(cluster)
+    relay1 = cluster.relays[0]
+    created = cluster.api(cp1, "POST", "/environments", {"key": "qa", "copyFrom": "production"})
+    assert created.status_code == 201, created.text
+    keys = {
+        (kind, env): cluster.api(cp1, "POST", "/keys", {"kind": kind, "environment": env}).json()[
+            "key"
+        ]
+        for kind in ("public", "server")
+        for env in ("qa", "production")
+    }
+    until(lambda: all(r.version("qa") is not None for r in cluster.relays), 15, "qa at both relays")
+    feed = "/api/v1/snapshot/stream"
+    providers = {
+        (where, env): ProviderStream(f"{url}{feed}", keys[("server", env)])
+        for where, url in (("relay1", relay1.url), ("cp2", cp2.url))
+        for env in ("qa", "production")
+    }
+    until(lambda: all(p.saw("event: snapshot") for p in providers.values()), 15, "providers open")
+    load = load_on(cluster)
+    time.sleep(1)
+
+    # a value stored before the API bounded it (the API now refuses it: 422)
+    assert (
+        cluster.api(
+            cp1,
+            "POST",
+            "/flags",
+            {"key": "big", "type": "number", "variations": [{"value": 10**20}, {"value": 1}]},
+        ).status_code
+        == 422
+    )
+    with psycopg.connect(cluster.database_url, autocommit=True) as connection:
+        connection.execute(
+            "UPDATE flags SET variations = %s::json WHERE key = %s",
+            (
+                json.dumps([{"idx": 0, "value": 10**20, "name": "big"}, {"idx": 1, "value": 1}]),
+                FLAG,
+            ),
+        )
+        connection.execute("UPDATE environments SET snapshot_version = snapshot_version + 1")
+    until(
+        lambda: all(
+            f"flags.{FLAG}" in str(httpx.get(f"{r.url}/readyz", timeout=5).json()["publishing"])
+            for r in cluster.replicas
+        ),
+        15,
+        "both replicas report the flag they left out",
+    )
+
+    deleted_at = time.monotonic()
+    deleted = cluster.api(cp2, "DELETE", "/environments/qa?revokeKeys=true")
+    assert deleted.status_code == 200, deleted.text
+
+    def refused(relay: RelayProcess) -> Callable[[], bool]:
+        def check() -> bool:
+            response = httpx.post(
+                f"{relay.url}/ofrep/v1/evaluate/flags",
+                json={"context": {"targetingKey": "u"}},
+                headers={"Authorization": f"Bearer {keys[('public', 'qa')]}"},
+                timeout=5,
+            )
+            return response.status_code == 401
+
+        return check
+
+    for relay in cluster.relays:
+        until(refused(relay), 5, f"the revoked qa key refused at {relay.name}")
+    revoked_s = time.monotonic() - deleted_at
+    for (where, env), provider in providers.items():
+        if env == "qa":
+            assert provider.ended.wait(10), f"qa's provider stream at {where} still open"
+
+    cluster.api(cp1, "POST", "/flags", {"key": "kill"})
+    toggled_at = time.monotonic()
+    version = cluster.toggle(cp1, "kill", True)
+    until(lambda: all(r.version() == version for r in cluster.relays), 5, "the toggle everywhere")
+    toggle_s = time.monotonic() - toggled_at
+    for (where, env), provider in providers.items():
+        if env == "production":
+            until(functools.partial(provider.saw, '"kill"'), 5, f"the toggle at {where}'s provider")
+            assert not provider.ended.is_set()
+    figures = load_figures(load)
+    figures.pop("_acknowledged")
+    report(
+        "a poisoned stored value and a deleted environment, then a toggle",
+        revoked_key_refused_s=round(revoked_s, 3),
+        toggle_everywhere_s=round(toggle_s, 3),
+        **figures,
+    )
+    assert figures["evaluation_failures"] == 0
+    assert figures["versions_went_back"] == 0
 
 
 def test_relay_sigkilled_mid_stream_and_its_disk_full(tmp_path: Path) -> None:
