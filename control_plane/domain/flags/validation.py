@@ -143,7 +143,8 @@ def variations(
         if len(name) > MAX_NAME:
             problems.add(f"{field}.name", f"must be at most {MAX_NAME} characters")
         out.append(w.Variation(idx, item.value, name))
-    if flag_type == "boolean" and len(given) == 2 and {v.value for v in out} != {True, False}:
+    booleans = [v.value for v in out if isinstance(v.value, bool)]  # others are reported above
+    if flag_type == "boolean" and len(booleans) == 2 and set(booleans) != {True, False}:
         problems.add("variations", "a boolean flag's variations are true and false")
     return out
 
