@@ -96,8 +96,12 @@ def numbers_out_of_range(value: Any) -> bool:
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
-        elif isinstance(item, int | float) and not number_in_range(item):
-            return True  # (a bool is an int, and always in range)
+        elif (
+            isinstance(item, int | float)
+            and item.__class__ is not bool  # a bool is an int to Python, not a number to JSON
+            and not number_in_range(item)
+        ):
+            return True
     return False
 
 

@@ -85,6 +85,23 @@ def test_values_the_wire_cannot_carry_are_refused_naming_the_field(
     assert api.get("/flags/big").status_code == 404  # nothing half-written
 
 
+def test_values_within_the_bound_are_accepted(api: Api) -> None:
+    edge = 2**53 - 1
+    json_flag = {
+        "type": "json",
+        "variations": [{"value": {"on": True, "n": [edge]}}, {"value": -edge}],
+    }
+    assert api.post("/flags", {"key": "j", **json_flag}).status_code == 201
+    number_flag = {"type": "number", "variations": [{"value": 0.5}, {"value": edge}]}
+    assert api.post("/flags", {"key": "n", **number_flag}).status_code == 201
+    assert (
+        api.post(
+            "/flags", {"key": "b", "variations": [{"value": False}, {"value": True}]}
+        ).status_code
+        == 201
+    )
+
+
 def test_rule_values_beyond_the_bound_are_refused(api: Api) -> None:
     create(api, {"key": "n", "type": "number", "variations": [{"value": 1}, {"value": 2}]})
     rules = {
