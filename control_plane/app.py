@@ -16,11 +16,14 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.auth import KeyAuthenticationMiddleware
 from control_plane.bootstrap import IssuedKey, bootstrap
+from control_plane.console.routes import TEMPLATES, console_router
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
 from control_plane.deps import provide_scope
@@ -63,7 +66,9 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     relay_stream,
     snapshot_stream,
 ]
-UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema"]
+UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema", "^/$", "^/console"]
+"""Paths without a bearer key: operations, the OpenAPI document, and the console (which signs
+people in with a management key and keeps a session of its own)."""
 
 
 def configure_logging() -> None:
@@ -137,7 +142,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         for prefix in ("/api/v1", "/v1")
     ]
     app = Litestar(
-        route_handlers=[healthz, readyz, metrics, *api],
+        route_handlers=[healthz, readyz, metrics, *api, console_router()],
+        template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         state=State(
             {
                 "sessionmaker": sessionmaker,

@@ -37,7 +37,13 @@ async def bootstrap(sessionmaker: async_sessionmaker[AsyncSession]) -> list[Issu
             await session.rollback()
             return []
         envs = {
-            key: Environment(id=new_id("env"), project_id=project.id, key=key, name=key.title())
+            key: Environment(
+                id=new_id("env"),
+                project_id=project.id,
+                key=key,
+                name=key.title(),
+                critical=key == "production",
+            )
             for key in DEFAULT_ENVIRONMENTS
         }
         session.add_all(envs.values())

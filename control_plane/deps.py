@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Annotated, Any
 
 from litestar import Request
@@ -26,10 +26,24 @@ async def provide_scope(
     After the commit, what it changed in the snapshots goes to the publisher (once, in the
     background): the committed write is answered with its success whatever publishing does.
     """
-    principal = request.user
+    if_match = None if request.method in ("GET", "HEAD") else request.headers.get("if-match")
+    async with unit_of_work(state, request, request.user, if_match=if_match) as scope:
+        yield scope
+
+
+@asynccontextmanager
+async def unit_of_work(
+    state: State,
+    request: Request[Any, Any, Any],
+    principal: Principal,
+    *,
+    if_match: str | None = None,
+) -> AsyncIterator[Scope]:
+    """One transaction for ``principal``: the API's requests and the console's forms both write
+    through it, so both get the same services, audit entries, versions and publishing."""
     async with AsyncExitStack() as stack:
-        # the session the key was looked up in (auth.KeyAuthenticationMiddleware), which also
-        # closes it; a fresh one only where there is none
+        # the session the key was looked up in (auth.KeyAuthenticationMiddleware, or the
+        # console's session check), which also closes it; a fresh one only where there is none
         session = request_session(request.scope)
         if session is None:
             sessionmaker: async_sessionmaker[AsyncSession] = state.sessionmaker
@@ -39,7 +53,7 @@ async def provide_scope(
             project_id=principal.project_id,
             actor=Actor.of(principal),
             bayesian_prior_sd=state.settings.bayesian_prior_sd,
-            if_match=None if request.method in ("GET", "HEAD") else request.headers.get("if-match"),
+            if_match=if_match,
         )
         try:
             yield scope

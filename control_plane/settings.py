@@ -33,6 +33,7 @@ class Settings:
     webhook_backoff_cap_s: float = 3600.0  # no retry waits longer than this
     webhook_private: str = "none"  # private addresses webhooks may reach: none | loopback | all
     webhook_retention_days: float = 30.0  # delivered and failed deliveries are kept this long
+    console_idle_minutes: float = 60.0  # a console session unused this long signs out
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -58,6 +59,7 @@ class Settings:
             webhook_backoff_cap_s=float(env.get("VANE_WEBHOOK_BACKOFF_CAP_S") or 3600.0),
             webhook_private=_private(env.get("VANE_WEBHOOK_PRIVATE")),
             webhook_retention_days=float(env.get("VANE_WEBHOOK_RETENTION_DAYS") or 30.0),
+            console_idle_minutes=float(env.get("VANE_CONSOLE_IDLE_MINUTES") or 60.0),
         )
 
 

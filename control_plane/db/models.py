@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -64,6 +65,8 @@ class Environment(Base):
     snapshot_version: Mapped[int] = mapped_column(BigInteger, default=0)
     version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # of its record
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # turning a flag on or off here asks for confirmation in the console
+    critical: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class ApiKey(Base):
@@ -81,6 +84,18 @@ class ApiKey(Base):
     origins: Mapped[list[str]] = mapped_column(Json, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ConsoleSession(Base):
+    """A browser signed in to the console with a management key (the cookie is never stored)."""
+
+    __tablename__ = "console_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the cookie
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Flag(Base):

@@ -11,11 +11,13 @@ class EnvironmentCreate(ApiIn):
     key: str
     name: str | None = None
     copy_from: str | None = None  # an environment whose flag settings, rules and targets to copy
+    critical: bool | None = None  # toggles ask for confirmation in the console; default: production
 
 
 class EnvironmentPatch(ApiIn):
     key: str | UnsetType = UNSET  # rename: keys bound to the environment stay bound
     name: str | UnsetType = UNSET
+    critical: bool | UnsetType = UNSET
 
 
 class EnvironmentDeleted(ApiOut):
@@ -31,6 +33,7 @@ class Environment(ApiOut):
     snapshot_version: int
     version: int
     created_at: datetime
+    critical: bool = False
 
 
 class EnvironmentList(ApiOut):

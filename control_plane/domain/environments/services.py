@@ -20,6 +20,10 @@ from control_plane.errors import conflict
 from shared.wire import snapshot as w
 
 
+CRITICAL_BY_DEFAULT = "production"
+"""An environment by this key is critical unless created otherwise: toggles there ask first."""
+
+
 def environment_out(env: Environment) -> s.Environment:
     return s.Environment(
         id=env.id,
@@ -28,6 +32,7 @@ def environment_out(env: Environment) -> s.Environment:
         snapshot_version=env.snapshot_version,
         version=env.version,
         created_at=env.created_at,
+        critical=env.critical,
     )
 
 
@@ -63,6 +68,7 @@ async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Envir
         name=name,
         snapshot_version=0,
         version=1,
+        critical=body.key == CRITICAL_BY_DEFAULT if body.critical is None else body.critical,
     )
     scope.session.add(env)
     try:
@@ -155,7 +161,9 @@ async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) ->
         env.key = body.key
     if body.name is not msgspec.UNSET:
         env.name = body.name
-    if (env.key, env.name) == (before.key, before.name):
+    if body.critical is not msgspec.UNSET:
+        env.critical = body.critical
+    if (env.key, env.name, env.critical) == (before.key, before.name, before.critical):
         return before
     env.version += 1
     wanted = env.key

@@ -1,0 +1,403 @@
+"""The flags list and the flag page: toggles, settings, rules, targets, "evaluate as", history.
+
+Each form posts to a handler that calls the flags service the API's handler calls, inside the
+API's unit of work; an ``ApiError`` comes back as the same page with the API's message beside the
+field it names, and a stale version (412) as the conflict with what changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.di import Provide
+from litestar.params import FromPath
+from litestar.response import Redirect, Response, Template
+
+from control_plane.console import forms
+from control_plane.console.diff import changes
+from control_plane.console.web import (
+    Who,
+    back_to,
+    field_errors,
+    page,
+    provide_signed,
+    reading,
+    writing,
+)
+from control_plane.domain.audit import services as audit
+from control_plane.domain.common import Scope
+from control_plane.domain.environments import services as environments
+from control_plane.domain.flags import schemas as s
+from control_plane.domain.flags import services
+from control_plane.domain.paging import MAX_LIMIT
+from control_plane.domain.segments import services as segments
+from control_plane.errors import ApiError
+
+PAGE_SIZE = 50
+FRAGMENT = "x-vane-fragment"  # the live script asks for the page's <main> only
+
+
+async def _environments(scope: Scope) -> list[Any]:
+    return (await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)).items
+
+
+def _filters(request: Request[Any, Any, Any]) -> dict[str, str]:
+    names = ("q", "tag", "type", "temporary", "stale", "archived")
+    return {name: request.query_params.get(name, "") for name in names}
+
+
+def _flag_filter(filters: dict[str, str]) -> services.FlagFilter:
+    temporary = {"yes": True, "no": False}.get(filters["temporary"])
+    stale = int(filters["stale"]) if filters["stale"].isdigit() else None
+    archived = filters["archived"] if filters["archived"] in ("true", "only") else "false"
+    flag_type = (
+        filters["type"] if filters["type"] in ("boolean", "string", "number", "json") else None
+    )
+    return services.FlagFilter(
+        archived=archived,  # type: ignore[arg-type]
+        q=filters["q"] or None,
+        tag=filters["tag"] or None,
+        type=flag_type,
+        temporary=temporary,
+        stale_days=stale,
+    )
+
+
+def _history(entries: list[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "entry": entry,
+            # a creation or deletion is its action; an edit shows what it changed
+            "changes": changes(entry.before, entry.after)
+            if entry.before is not None and entry.after is not None
+            else [],
+        }
+        for entry in entries
+    ]
+
+
+class FlagPages(Controller):
+    path = "/console/flags"
+    dependencies = {"who": Provide(provide_signed)}
+    include_in_schema = False
+
+    @get("/")
+    async def flags(self, request: Request[Any, Any, Any], who: Who) -> Template:
+        filters = _filters(request)
+        cursor = request.query_params.get("cursor") or None
+        async with reading(request, who) as scope:
+            envs = await _environments(scope)
+            try:
+                found = await services.list_flags(
+                    scope, _flag_filter(filters), limit=PAGE_SIZE, cursor=cursor
+                )
+            except ApiError as exc:
+                return page(
+                    request,
+                    who,
+                    "error.html",
+                    status=exc.status,
+                    title="Flags",
+                    message=exc.message,
+                )
+        query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+        template = "flags_main.html" if request.headers.get(FRAGMENT) else "flags.html"
+        return page(
+            request,
+            who,
+            template,
+            title="Flags",
+            flags=found.items,
+            environments=envs,
+            filters=filters,
+            next_cursor=found.next_cursor,
+            query=query,
+        )
+
+    @post("/")
+    async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
+        form = await request.form()
+        flag_type = form.get("type") or "boolean"
+        lines = [
+            line.strip() for line in (form.get("variations") or "").splitlines() if line.strip()
+        ]
+        variations = None
+        if flag_type != "boolean" or lines:
+            variations = [s.VariationIn(value=_typed(flag_type, line)) for line in lines]
+        body = s.FlagCreate(
+            key=(form.get("key") or "").strip(),
+            name=(form.get("name") or "").strip() or None,
+            description=form.get("description") or "",
+            type=flag_type if flag_type in ("boolean", "string", "number", "json") else "boolean",  # type: ignore[arg-type]
+            variations=variations,
+            temporary=form.get("temporary") == "on",
+            tags=[t.strip() for t in (form.get("tags") or "").split(",") if t.strip()],
+            client_side=form.get("clientSide") == "on",
+        )
+        try:
+            async with writing(request, who) as scope:
+                created = await services.create_flag(scope, body)
+        except ApiError as exc:
+            async with reading(request, who) as scope:
+                envs = await _environments(scope)
+                found = await services.list_flags(
+                    scope, _flag_filter(_filters(request)), limit=PAGE_SIZE, cursor=None
+                )
+            return page(
+                request,
+                who,
+                "flags.html",
+                status=exc.status,
+                title="Flags",
+                flags=found.items,
+                environments=envs,
+                filters=_filters(request),
+                next_cursor=found.next_cursor,
+                query="",
+                create_error=exc.message,
+                create_errors=field_errors(exc.details),
+                create_form=dict(form),
+            )
+        return Redirect(f"/console/flags/{created.key}", status_code=303)
+
+    @get("/{key:str}")
+    async def flag(self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]) -> Template:
+        async with reading(request, who) as scope:
+            try:
+                context = await _flag_context(scope, key, request.query_params.get("env"))
+            except ApiError as exc:
+                return page(
+                    request, who, "error.html", status=exc.status, title=key, message=exc.message
+                )
+        template = "flag_main.html" if request.headers.get(FRAGMENT) else "flag.html"
+        return page(request, who, template, title=key, **context)
+
+    @post("/{key:str}/environments/{env:str}/toggle")
+    async def toggle(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        enabled = form.get("enabled") == "true"
+        async with reading(request, who) as scope:
+            try:
+                environment = await scope.environment(env)
+            except ApiError as exc:
+                return page(
+                    request, who, "error.html", status=exc.status, title=key, message=exc.message
+                )
+        back = back_to(request, f"/console/flags/{key}?env={env}")
+        if environment.critical and form.get("confirm") != "yes":
+            return page(
+                request,
+                who,
+                "confirm.html",
+                title="Confirm",
+                flag=key,
+                environment=env,
+                enabled=enabled,
+                version=form.get("version") or "",
+                back=back,
+            )
+        try:
+            async with writing(request, who, version=form.get("version")) as scope:
+                await services.toggle(scope, key, env, enabled)
+        except ApiError as exc:
+            return await self._failed(request, who, key, env, exc, "toggle")
+        return Redirect(back, status_code=303)
+
+    @post("/{key:str}/environments/{env:str}/settings")
+    async def settings(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        weights = {
+            int(name[len("weights[") : -1]): value
+            for name, value in form.items()
+            if name.startswith("weights[") and name[len("weights[") : -1].isdigit()
+        }
+        off = form.get("offVariation") or ""
+        body = s.EnvironmentSettingsIn(
+            off_variation=int(off) if off.lstrip("-").isdigit() else -1,
+            fallthrough=forms.serve_in(
+                form.get("fallthrough") or "", weights, form.get("bucketBy") or ""
+            ),
+        )
+        try:
+            async with writing(request, who, version=form.get("version")) as scope:
+                await services.put_settings(scope, key, env, body)
+        except ApiError as exc:
+            return await self._failed(request, who, key, env, exc, "settings", dict(form))
+        return Redirect(f"/console/flags/{key}?env={env}", status_code=303)
+
+    @post("/{key:str}/environments/{env:str}/targets")
+    async def targets(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        targets = []
+        for name, value in form.items():
+            if name.startswith("targets[") and name.endswith("]"):
+                idx = name[len("targets[") : -1]
+                keys = [line.strip() for line in str(value).splitlines() if line.strip()]
+                if idx.isdigit() and keys:
+                    targets.append(s.TargetIn(variation=int(idx), values=keys))
+        try:
+            async with writing(request, who, version=form.get("version")) as scope:
+                await services.put_settings(
+                    scope, key, env, s.EnvironmentSettingsIn(targets=targets)
+                )
+        except ApiError as exc:
+            return await self._failed(request, who, key, env, exc, "targets", dict(form))
+        return Redirect(f"/console/flags/{key}?env={env}", status_code=303)
+
+    @post("/{key:str}/environments/{env:str}/rules")
+    async def rules(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        typed = forms.rules_from_form(form)
+        action = form.get("action") or "save"
+        if action != "save":  # an editor button: show the rules as edited, save nothing
+            async with reading(request, who) as scope:
+                context = await _flag_context(scope, key, env)
+            context["rule_forms"] = forms.edit_rules(typed, action)
+            context["rules_version"] = form.get("version") or context["rules_version"]
+            return page(request, who, "flag.html", title=key, **context)
+        try:
+            async with writing(request, who, version=form.get("version")) as scope:
+                await services.put_rules(
+                    scope, key, env, s.RulesIn(rules=[rule.to_api() for rule in typed])
+                )
+        except ApiError as exc:
+            return await self._failed(request, who, key, env, exc, "rules", rule_forms=typed)
+        return Redirect(f"/console/flags/{key}?env={env}#rules", status_code=303)
+
+    @post("/{key:str}/evaluate")
+    async def evaluate(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Template:
+        form = await request.form()
+        env = form.get("env") or ""
+        text = form.get("context") or ""
+        context_value, problem = forms.context_of(text)
+        async with reading(request, who) as scope:
+            context = await _flag_context(scope, key, env)
+            result = None
+            if context_value is not None:
+                try:
+                    result = await services.preview(scope, key, env, context_value)
+                except ApiError as exc:
+                    problem = exc.message
+        return page(
+            request,
+            who,
+            "flag.html",
+            title=key,
+            evaluated=result,
+            evaluate_error=problem,
+            evaluate_context=text,
+            **context,
+        )
+
+    @post("/{key:str}/archive")
+    async def archive(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        try:
+            async with writing(request, who, version=form.get("version")) as scope:
+                if form.get("restore") == "yes":
+                    await services.restore_flag(scope, key)
+                else:
+                    await services.archive_flag(scope, key)
+        except ApiError as exc:
+            return await self._failed(request, who, key, None, exc, "archive")
+        return Redirect(f"/console/flags/{key}", status_code=303)
+
+    async def _failed(
+        self,
+        request: Request[Any, Any, Any],
+        who: Who,
+        key: str,
+        env: str | None,
+        exc: ApiError,
+        form_name: str,
+        typed: dict[str, Any] | None = None,
+        rule_forms: list[forms.RuleForm] | None = None,
+    ) -> Template:
+        """The flag page again, with the API's error beside the fields it names; a stale version
+        (412) shows what changed meanwhile, and nothing was written."""
+        async with reading(request, who) as scope:
+            try:
+                context = await _flag_context(scope, key, env)
+            except ApiError as missing:
+                return page(
+                    request,
+                    who,
+                    "error.html",
+                    status=missing.status,
+                    title=key,
+                    message=missing.message,
+                )
+        if rule_forms is not None and exc.status != 412:
+            context["rule_forms"] = rule_forms
+        return page(
+            request,
+            who,
+            "flag.html",
+            status=exc.status,
+            title=key,
+            error={
+                "form": form_name,
+                "message": exc.message,
+                "status": exc.status,
+                "fields": field_errors(exc.details),
+                "current": exc.current_version,
+            },
+            typed=typed or {},
+            **context,
+        )
+
+
+def _typed(flag_type: str, line: str) -> Any:
+    """A variation value as typed: numbers and JSON parsed for those types."""
+    if flag_type in ("number", "json"):
+        try:
+            return json.loads(line)
+        except ValueError:
+            return line  # the API names the field and says what it must be
+    return line
+
+
+async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, Any]:
+    flag = await services.get_flag(scope, key)
+    envs = await _environments(scope)
+    keys = [e.key for e in envs]
+    current: str = env if env is not None and env in keys else (keys[0] if keys else "")
+    settings = await services.get_settings(scope, key, current)
+    rules = await services.get_rules(scope, key, current)
+    choice, weights, bucket = forms.serve_form(settings.fallthrough)
+    segment_keys = [
+        seg.key for seg in (await segments.list_segments(scope, limit=MAX_LIMIT, cursor=None)).items
+    ]
+    history = await audit.entries(
+        scope, audit.AuditFilter(resource_type="flag", resource_key=key), limit=20, cursor=None
+    )
+    targets = {t.variation: forms.lines_of(t.values) for t in settings.targets}
+    return {
+        "flag": flag,
+        "environments": envs,
+        "env": current,
+        "critical": next((e.critical for e in envs if e.key == current), False),
+        "settings": settings,
+        "fallthrough": {"choice": choice, "weights": weights, "bucket_by": bucket},
+        "rules_version": rules.version,
+        "rule_forms": forms.rules_from_api(rules.rules),
+        "operators": forms.OPERATORS,
+        "segments": segment_keys,
+        "targets": targets,
+        "history": _history(history.entries),
+        "example_context": json.dumps({"key": "user-1"}),
+    }

@@ -1,0 +1,196 @@
+"""HTML forms to the API's request bodies, and back: a form is the API's body in other clothes.
+
+Form fields are named after the API's own fields (``rules[0].clauses[1].values``), so an API
+error's ``field`` names the very input it is about, and the page shows it there. Values a person
+types are read the way the API reads them: one clause value per line, numbers for the number and
+date operators, strings otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from control_plane.domain.flags import schemas as s
+from shared.engine.operators import NUMBER_OPS
+from shared.engine.operators import OPERATORS as ENGINE_OPERATORS
+
+OPERATORS: tuple[str, ...] = tuple(sorted(ENGINE_OPERATORS))  # the engine's, every one of them
+_INDEXED = re.compile(r"^rules\[(\d+)\]\.(.+)$")
+
+
+def values_of(text: str, op: str) -> list[Any]:
+    """One value per line; numbers where the operator compares numbers (or dates as epoch ms)."""
+    out: list[Any] = []
+    for line in text.splitlines():
+        value = line.strip()
+        if not value:
+            continue
+        if op in NUMBER_OPS or (op in ("before", "after") and _is_number(value)):
+            try:
+                out.append(json.loads(value))
+            except ValueError:
+                out.append(value)  # the API says why it is not a number, naming the field
+        else:
+            out.append(value)
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def lines_of(values: list[Any]) -> str:
+    return "\n".join(str(v) if not isinstance(v, str) else v for v in values)
+
+
+@dataclass
+class ClauseForm:
+    attribute: str = ""
+    op: str = "in"
+    values: str = ""
+    negate: bool = False
+
+    def to_api(self) -> s.ClauseIn:
+        if self.op == "segmentMatch":
+            keys = [line.strip() for line in self.values.splitlines() if line.strip()]
+            return s.ClauseIn(op="segmentMatch", values=keys, negate=self.negate)
+        return s.ClauseIn(
+            op=self.op,
+            attribute=self.attribute.strip() or None,
+            values=values_of(self.values, self.op),
+            negate=self.negate,
+        )
+
+
+@dataclass
+class RuleForm:
+    id: str = ""
+    description: str = ""
+    clauses: list[ClauseForm] = field(default_factory=lambda: [ClauseForm()])
+    serve: str = "0"  # a variation idx, or "rollout"
+    weights: dict[int, str] = field(default_factory=dict)  # idx -> percent as typed
+    bucket_by: str = ""
+
+    def to_api(self) -> s.RuleIn:
+        return s.RuleIn(
+            id=self.id or None,
+            description=self.description,
+            clauses=[c.to_api() for c in self.clauses],
+            serve=serve_in(self.serve, self.weights, self.bucket_by),
+        )
+
+
+def serve_in(choice: str, weights: Mapping[int, str], bucket_by: str) -> s.ServeIn:
+    if choice == "rollout":
+        return s.ServeIn(
+            rollout=[
+                s.WeightIn(idx=idx, weight=_percent(text)) for idx, text in sorted(weights.items())
+            ],
+            bucket_by=bucket_by.strip() or None,
+        )
+    return s.ServeIn(variation=int(choice) if choice.lstrip("-").isdigit() else -1)
+
+
+def _percent(text: str) -> float:
+    try:
+        return float(text or 0)
+    except ValueError:
+        return -1.0  # the API refuses it as "a percentage from 0 to 100", naming the field
+
+
+def serve_form(serve: s.Serve) -> tuple[str, dict[int, str], str]:
+    """(choice, weights, bucket_by) of a stored serve, for the editor."""
+    if isinstance(serve.rollout, list):
+        weights = {w.idx: f"{w.weight:g}" for w in serve.rollout}
+        bucket = serve.bucket_by if isinstance(serve.bucket_by, str) else ""
+        return "rollout", weights, bucket
+    return str(serve.variation), {}, ""
+
+
+def rules_from_api(rules: list[s.Rule]) -> list[RuleForm]:
+    out = []
+    for rule in rules:
+        choice, weights, bucket = serve_form(rule.serve)
+        clauses = [
+            ClauseForm(
+                attribute=c.attribute if isinstance(c.attribute, str) else "",
+                op=c.op,
+                values=lines_of(c.values),
+                negate=c.negate,
+            )
+            for c in rule.clauses
+        ]
+        out.append(RuleForm(rule.id, rule.description, clauses, choice, weights, bucket))
+    return out
+
+
+def rules_from_form(form: Mapping[str, Any]) -> list[RuleForm]:
+    """The rules editor's fields (``rules[i].clauses[j].op`` …) back into rules, in order."""
+    rules: dict[int, RuleForm] = {}
+    for name, value in form.items():
+        match = _INDEXED.match(name)
+        if match is None:
+            continue
+        index, rest = int(match.group(1)), match.group(2)
+        rule = rules.setdefault(index, RuleForm(clauses=[]))
+        text = value if isinstance(value, str) else ""
+        clause = re.match(r"^clauses\[(\d+)\]\.(\w+)$", rest)
+        weight = re.match(r"^weights\[(\d+)\]$", rest)
+        if clause is not None:
+            j, attr = int(clause.group(1)), clause.group(2)
+            while len(rule.clauses) <= j:
+                rule.clauses.append(ClauseForm(values=""))
+            target = rule.clauses[j]
+            if attr == "negate":
+                target.negate = text in ("on", "true", "1")
+            elif attr in ("attribute", "op", "values"):
+                setattr(target, attr, text)
+        elif weight is not None:
+            rule.weights[int(weight.group(1))] = text
+        elif rest in ("id", "description", "serve"):
+            setattr(rule, rest, text)
+        elif rest == "bucketBy":
+            rule.bucket_by = text
+    return [rules[i] for i in sorted(rules)]
+
+
+def edit_rules(rules: list[RuleForm], action: str) -> list[RuleForm]:
+    """Apply an editor button (``add-rule``, ``add-clause:i``, ``remove-rule:i``,
+    ``remove-clause:i:j``, ``up:i``, ``down:i``) to the rules as typed; nothing is saved."""
+    verb, _, where = action.partition(":")
+    at = [int(x) for x in where.split(":") if x.isdigit()]
+    if verb == "add-rule":
+        rules.append(RuleForm())
+    elif verb == "add-clause" and at and at[0] < len(rules):
+        rules[at[0]].clauses.append(ClauseForm())
+    elif verb == "remove-rule" and at and at[0] < len(rules):
+        del rules[at[0]]
+    elif verb == "remove-clause" and len(at) == 2 and at[0] < len(rules):
+        clauses = rules[at[0]].clauses
+        if at[1] < len(clauses):
+            del clauses[at[1]]
+    elif verb in ("up", "down") and at and at[0] < len(rules):
+        i = at[0]
+        j = i - 1 if verb == "up" else i + 1
+        if 0 <= j < len(rules):
+            rules[i], rules[j] = rules[j], rules[i]
+    return rules
+
+
+def context_of(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The "evaluate as" panel's context: a JSON object, or (None, why not)."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError as exc:
+        return None, f"not JSON: {exc}"
+    if not isinstance(value, dict):
+        return None, 'a context is a JSON object, e.g. {"key": "user-1", "country": "DE"}'
+    return value, None

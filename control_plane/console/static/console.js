@@ -1,0 +1,72 @@
+// Vane console: confirmation of critical toggles, live refresh, rollout sums. Every form also
+// works without this script (the server asks for confirmation itself).
+"use strict";
+(function () {
+  var dialog = document.getElementById("confirm");
+
+  function ask(form) {
+    var text = form.getAttribute("data-confirm");
+    if (!text || !dialog || typeof dialog.showModal !== "function") { return false; }
+    document.getElementById("confirm-text").textContent = text;
+    dialog.returnValue = "";
+    dialog.onclose = function () {
+      if (dialog.returnValue === "ok") {
+        form.querySelector("input[name=confirm]").value = "yes";
+        form.submit();
+      }
+    };
+    dialog.showModal();
+    document.getElementById("confirm-ok").focus();
+    return true;
+  }
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.hasAttribute("data-confirm") && form.querySelector("input[name=confirm]").value !== "yes") {
+      if (ask(form)) { event.preventDefault(); }
+    }
+  });
+
+  // rollout editors: the sum of the weights as they are typed
+  function sums() {
+    document.querySelectorAll("[data-weights]").forEach(function (box) {
+      var total = 0;
+      box.querySelectorAll("input[name^=weights]").forEach(function (input) {
+        var n = parseFloat(input.value); if (!isNaN(n)) { total += n; }
+      });
+      var out = box.querySelector("[data-sum]");
+      if (out) { out.textContent = (Math.round(total * 1000) / 1000) + "% of 100%"; }
+    });
+  }
+  document.addEventListener("input", sums);
+
+  // live: a change anywhere in the project refreshes this page's main content, unless a form
+  // on it is being edited (focus inside main on an input), when it waits for the next change
+  var live = document.body.getAttribute("data-live");
+  if (!live || !window.EventSource) { return; }
+  var busy = false, again = false;
+  function editing() {
+    var active = document.activeElement;
+    return active && active.closest("main") && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName) &&
+      !(active.form && active.form.getAttribute("method") === "get");
+  }
+  function refresh() {
+    if (busy) { again = true; return; }
+    if (editing() || (dialog && dialog.open)) { again = true; return; }
+    busy = true;
+    fetch(location.href, { headers: { "X-Vane-Fragment": "main" }, credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (html !== null && !editing()) {
+          document.getElementById("main").innerHTML = html;
+          document.body.setAttribute("data-version", String(Date.now()));
+        }
+      })
+      .catch(function () {})
+      .then(function () { busy = false; if (again) { again = false; refresh(); } });
+  }
+  var source = new EventSource(live);
+  source.addEventListener("change", refresh);
+  source.addEventListener("open", function () { document.body.setAttribute("data-live-open", "1"); });
+  document.addEventListener("focusout", function () { if (again) { setTimeout(refresh, 50); } });
+})();
