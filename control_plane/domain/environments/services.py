@@ -19,7 +19,6 @@ from control_plane.domain.paging import Page, paged
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
 
-
 CRITICAL_BY_DEFAULT = "production"
 """An environment by this key is critical unless created otherwise: toggles there ask first."""
 
