@@ -16,6 +16,15 @@ from litestar.static_files import create_static_files_router
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import request_session
+from control_plane.console.admin import (
+    AuditPages,
+    EnvironmentPages,
+    KeyPages,
+    MetricPages,
+    SegmentPages,
+    WebhookPages,
+)
+from control_plane.console.experiments import ExperimentPages
 from control_plane.console.flags import FlagPages
 from control_plane.console.sessions import COOKIE, sign_in, sign_out
 from control_plane.console.web import (
@@ -184,6 +193,13 @@ def console_router() -> Router:
             sign_out_submit,
             live,
             FlagPages,
+            SegmentPages,
+            ExperimentPages,
+            MetricPages,
+            EnvironmentPages,
+            KeyPages,
+            WebhookPages,
+            AuditPages,
             static,
         ],
         after_request=_after,

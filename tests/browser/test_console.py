@@ -246,6 +246,98 @@ def test_safety_cross_site_forged_expired_and_revoked_sessions(site: Site, conte
     assert "/console/sign-in" in page.url
 
 
+def test_results_page_shows_the_apis_numbers_and_an_interval_per_treatment(
+    site: Site, context: Any
+) -> None:
+    page = context.new_page()
+    sign_in(page, site)
+    page.goto(site.cp.url + "/console/experiments")
+    page.get_by_text("New experiment").click()
+    page.get_by_label("Name").fill("Pricing page")
+    page.get_by_label("Key (optional)").fill("pricing")
+    page.get_by_label("Goal event").fill("purchase")
+    page.get_by_label("Variant 3 key").fill("cheaper")
+    page.get_by_label("Start now").check()
+    page.get_by_role("button", name="Create experiment").click()
+    page.wait_for_url("**/console/experiments/pricing")
+    assert page.locator(".status.running").first.is_visible()
+
+    metric = site.api(
+        "POST",
+        "/metrics",
+        {"name": "Revenue", "key": "revenue", "event": "purchase", "aggregation": "sum"},
+    )
+    assert metric.status_code == 201, metric.text
+    events = []
+    for i in range(240):
+        unit = f"p{i}"
+        assigned = site.api("POST", "/experiments/pricing/assign", {"unit": unit}).json()
+        bought = i % 4 == 0 or (assigned["variant"] != "control" and i % 3 == 0)
+        if bought:
+            events.append({"unit": unit, "event": "purchase", "value": 1000 + i})
+    stored = site.api("POST", "/events", {"events": events})
+    assert stored.status_code == 200, stored.text
+
+    # guardrail chosen in the page
+    page.reload()
+    page.get_by_label("Revenue").check()
+    page.get_by_role("button", name="Save metrics").click()
+    page.wait_for_url("**/console/experiments/pricing#results")
+    api = site.api("GET", "/experiments/pricing").json()["results"]
+    tables = page.locator("table.results")
+    assert tables.count() == 2  # the primary metric and the guardrail
+    primary = tables.nth(0)
+    for variant in api["variants"]:
+        row = primary.locator(f"tr[data-variant='{variant['key']}']")
+        assert row.locator("[data-field=exposed]").inner_text() == str(variant["exposed"])
+        assert row.locator("[data-field=conversions]").inner_text() == str(variant["conversions"])
+        assert row.locator("[data-field=rate]").inner_text() == f"{variant['rate']:.4g}"
+        if variant.get("uplift") is not None:
+            assert row.locator("[data-field=uplift]").inner_text() == f"{variant['uplift']:+.2f}%"
+    forest = page.locator("svg.forest")
+    treatments = len(api["variants"]) - 1
+    assert forest.locator("line.interval").count() == treatments * 2  # primary and guardrail
+    description = forest.locator("desc").text_content() or ""
+    assert "cheaper" in description
+    assert "95% interval" in description
+    assert page.locator("svg.timeseries polyline").count() == len(api["variants"])
+    shot(page, "results")
+
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_url("**/console/experiments/pricing")
+    assert site.api("GET", "/experiments/pricing").json()["status"] == "stopped"
+
+
+def test_a_new_key_is_shown_once_and_can_be_revoked(site: Site, context: Any) -> None:
+    page = context.new_page()
+    sign_in(page, site)
+    page.goto(site.cp.url + "/console/keys")
+    page.get_by_text("New key").click()
+    page.get_by_label("Kind").select_option("public")
+    page.get_by_label("Environment (public keys need one; server keys may have one)").select_option(
+        "staging"
+    )
+    page.get_by_label("Name").fill("landing page")
+    page.get_by_role("button", name="Create key").click()
+    token = page.locator("#new-key").inner_text()
+    assert token.startswith("pk_live_")
+    shot(page, "keys")
+    page.goto(site.cp.url + "/console/keys")
+    assert token not in page.content()  # shown once
+    created = next(
+        k for k in site.api("GET", "/keys").json()["keys"] if k["name"] == "landing page"
+    )
+    page.get_by_role("button", name=f"Revoke {created['id']}").click()
+    page.locator("dialog#confirm").get_by_role("button", name="Confirm").click()
+    page.wait_for_load_state()
+    eventually(
+        lambda: (
+            site.api("GET", "/keys?revoked=true").status_code == 200
+            and all(k["id"] != created["id"] for k in site.api("GET", "/keys").json()["keys"])
+        )
+    )
+
+
 @pytest.fixture(scope="module")
 def axe_source() -> str:
     if not AXE.exists():
@@ -283,9 +375,37 @@ def test_every_screen_has_no_serious_accessibility_violation(
     assert serious_violations(page, axe_source) == []
     shot(page, "sign-in")
     sign_in(page, site)
-    for path in ("/console/flags", "/console/flags/a11y?env=production"):
+    if site.api("GET", "/experiments/a11y-exp").status_code == 404:
+        body = {"name": "A11y", "key": "a11y-exp", "goal": "signup"}
+        assert site.api("POST", "/experiments", body).status_code == 201
+    if site.api("GET", "/segments/a11y-seg").status_code == 404:
+        assert site.api("POST", "/segments", {"key": "a11y-seg"}).status_code == 201
+    screens = {
+        "flags": "/console/flags",
+        "flag": "/console/flags/a11y?env=production",
+        "segments": "/console/segments",
+        "segment": "/console/segments/a11y-seg",
+        "experiments": "/console/experiments",
+        "experiment": "/console/experiments/a11y-exp",
+        "metrics": "/console/metrics",
+        "environments": "/console/environments",
+        "keys": "/console/keys",
+        "webhooks": "/console/webhooks",
+        "audit": "/console/audit",
+    }
+    for name, path in screens.items():
         page.goto(site.cp.url + path)
         assert serious_violations(page, axe_source) == [], path
+        if name in (
+            "segments",
+            "segment",
+            "experiments",
+            "metrics",
+            "environments",
+            "webhooks",
+            "audit",
+        ):
+            shot(page, name)
 
 
 def test_a_critical_toggle_with_the_keyboard_alone(site: Site, context: Any) -> None:

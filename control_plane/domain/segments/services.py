@@ -183,6 +183,11 @@ async def _users(scope: Scope, key: str) -> tuple[list[str], set[str]]:
     return sorted(set(flags)), environments
 
 
+async def flags_using(scope: Scope, key: str) -> list[str]:
+    """The keys of the flags whose rules use segment ``key``, directly or through others."""
+    return (await _users(scope, key))[0]
+
+
 async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
     problems = v.Problems()
     v.check_key(problems, "key", body.key)

@@ -1,0 +1,553 @@
+"""Segments, metrics, environments, keys, webhooks and the audit log: each a list, a create form
+and its few actions, every one through the domain's service as the API calls it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.di import Provide
+from litestar.params import FromPath
+from litestar.response import Redirect, Response, Template
+
+from control_plane.console.diff import changes
+from control_plane.console.web import Who, field_errors, page, provide_signed, reading, writing
+from control_plane.domain.audit import services as audit
+from control_plane.domain.common import Scope
+from control_plane.domain.environments import schemas as env_s
+from control_plane.domain.environments import services as environments
+from control_plane.domain.keys import schemas as key_s
+from control_plane.domain.keys import services as keys
+from control_plane.domain.metrics import schemas as metric_s
+from control_plane.domain.metrics import services as metrics
+from control_plane.domain.paging import MAX_LIMIT
+from control_plane.domain.segments import schemas as seg_s
+from control_plane.domain.segments import services as segments
+from control_plane.domain.webhooks import schemas as hook_s
+from control_plane.domain.webhooks import services as webhooks
+from control_plane.errors import ApiError
+
+PAGE_SIZE = 50
+
+
+def _lines(text: str | None) -> list[str]:
+    return [line.strip() for line in (text or "").splitlines() if line.strip()]
+
+
+async def _do(
+    request: Request[Any, Any, Any],
+    who: Who,
+    work: Callable[[Scope], Awaitable[Any]],
+    *,
+    version: str | None = None,
+) -> tuple[Any, ApiError | None]:
+    """Run one write through the API's unit of work: (its answer, None) or (None, the error)."""
+    try:
+        async with writing(request, who, version=version) as scope:
+            return await work(scope), None
+    except ApiError as exc:
+        return None, exc
+
+
+class SegmentPages(Controller):
+    path = "/console/segments"
+    dependencies = {"who": Provide(provide_signed)}
+    include_in_schema = False
+
+    @get("/")
+    async def segments(self, request: Request[Any, Any, Any], who: Who) -> Template:
+        return await self._list(request, who)
+
+    async def _list(
+        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
+    ) -> Template:
+        async with reading(request, who) as scope:
+            found = await segments.list_segments(
+                scope, limit=PAGE_SIZE, cursor=request.query_params.get("cursor") or None
+            )
+            used = {seg.key: await segments.flags_using(scope, seg.key) for seg in found.items}
+        return page(
+            request,
+            who,
+            "segments.html",
+            status=status,
+            title="Segments",
+            segments=found.items,
+            used=used,
+            next_cursor=found.next_cursor,
+            **extra,
+        )
+
+    @post("/")
+    async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
+        form = await request.form()
+        body = seg_s.SegmentCreate(
+            key=(form.get("key") or "").strip(),
+            name=(form.get("name") or "").strip() or None,
+            included=_lines(form.get("included")),
+            excluded=_lines(form.get("excluded")),
+        )
+        created, error = await _do(request, who, lambda scope: segments.create_segment(scope, body))
+        if error is not None:
+            return await self._list(
+                request,
+                who,
+                error.status,
+                create_error=error.message,
+                create_errors=field_errors(error.details),
+                create_form=dict(form),
+            )
+        return Redirect(f"/console/segments/{created.key}", status_code=303)
+
+    @get("/{key:str}")
+    async def segment(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Template:
+        return await self._show(request, who, key)
+
+    async def _show(
+        self, request: Request[Any, Any, Any], who: Who, key: str, status: int = 200, **extra: Any
+    ) -> Template:
+        async with reading(request, who) as scope:
+            try:
+                found = await segments.get_segment(scope, key)
+            except ApiError as exc:
+                return page(
+                    request, who, "error.html", status=exc.status, title=key, message=exc.message
+                )
+            used = await segments.flags_using(scope, key)
+        rules = msgspec.json.encode(found.rules).decode()
+        return page(
+            request,
+            who,
+            "segment.html",
+            status=status,
+            title=key,
+            segment=found,
+            used=used,
+            rules_json=extra.pop("rules_json", None) or json.dumps(json.loads(rules), indent=2),
+            **extra,
+        )
+
+    @post("/{key:str}")
+    async def save(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        text = form.get("rules") or "[]"
+        try:
+            rules = msgspec.json.decode(text.encode(), type=list[seg_s.SegmentRuleIn])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return await self._show(
+                request,
+                who,
+                key,
+                422,
+                error=f"rules: {exc}",
+                errors={"rules": str(exc)},
+                rules_json=text,
+            )
+        body = seg_s.SegmentPatch(
+            name=(form.get("name") or "").strip() or msgspec.UNSET,
+            description=form.get("description") or "",
+            included=_lines(form.get("included")),
+            excluded=_lines(form.get("excluded")),
+            rules=rules,
+        )
+        _, error = await _do(
+            request,
+            who,
+            lambda scope: segments.patch_segment(scope, key, body),
+            version=form.get("version"),
+        )
+        if error is not None:
+            message = (
+                error.message
+                if error.status != 412
+                else (
+                    "Not saved: someone changed this segment since you opened it. Nothing was "
+                    "overwritten; the form shows what is stored now."
+                )
+            )
+            return await self._show(
+                request, who, key, error.status, error=message, errors=field_errors(error.details)
+            )
+        return Redirect(f"/console/segments/{key}", status_code=303)
+
+
+class MetricPages(Controller):
+    path = "/console/metrics"
+    dependencies = {"who": Provide(provide_signed)}
+    include_in_schema = False
+
+    @get("/")
+    async def metrics(self, request: Request[Any, Any, Any], who: Who) -> Template:
+        return await self._list(request, who)
+
+    async def _list(
+        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
+    ) -> Template:
+        async with reading(request, who) as scope:
+            found = await metrics.list_metrics(
+                scope,
+                limit=PAGE_SIZE,
+                cursor=request.query_params.get("cursor") or None,
+                event=None,
+            )
+        return page(
+            request,
+            who,
+            "metrics.html",
+            status=status,
+            title="Metrics",
+            metrics=found.items,
+            next_cursor=found.next_cursor,
+            **extra,
+        )
+
+    @post("/")
+    async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
+        form = await request.form()
+        aggregation = form.get("aggregation") or "conversion"
+        direction = form.get("direction") or "higher"
+        body = metric_s.MetricCreate(
+            name=(form.get("name") or "").strip(),
+            event=(form.get("event") or "").strip(),
+            aggregation=aggregation
+            if aggregation in ("conversion", "count", "sum", "mean")
+            else "conversion",  # type: ignore[arg-type]
+            direction="lower" if direction == "lower" else "higher",
+            currency=(form.get("currency") or "").strip() or None,
+        )
+        _, error = await _do(request, who, lambda scope: metrics.create_metric(scope, body))
+        if error is not None:
+            return await self._list(
+                request,
+                who,
+                error.status,
+                create_error=error.message,
+                create_errors=field_errors(error.details),
+                create_form=dict(form),
+            )
+        return Redirect("/console/metrics", status_code=303)
+
+
+class EnvironmentPages(Controller):
+    path = "/console/environments"
+    dependencies = {"who": Provide(provide_signed)}
+    include_in_schema = False
+
+    @get("/")
+    async def environments(self, request: Request[Any, Any, Any], who: Who) -> Template:
+        return await self._list(request, who)
+
+    async def _list(
+        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
+    ) -> Template:
+        async with reading(request, who) as scope:
+            found = await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)
+        return page(
+            request,
+            who,
+            "environments.html",
+            status=status,
+            title="Environments",
+            environments=found.items,
+            **extra,
+        )
+
+    @post("/")
+    async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
+        form = await request.form()
+        body = env_s.EnvironmentCreate(
+            key=(form.get("key") or "").strip(),
+            name=(form.get("name") or "").strip() or None,
+            copy_from=form.get("copyFrom") or None,
+            critical=form.get("critical") == "on",
+        )
+        _, error = await _do(
+            request, who, lambda scope: environments.create_environment(scope, body)
+        )
+        if error is not None:
+            return await self._list(
+                request,
+                who,
+                error.status,
+                create_error=error.message,
+                create_errors=field_errors(error.details),
+                create_form=dict(form),
+            )
+        return Redirect("/console/environments", status_code=303)
+
+    @post("/{key:str}/critical")
+    async def critical(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        body = env_s.EnvironmentPatch(critical=form.get("critical") == "true")
+        _, error = await _do(
+            request,
+            who,
+            lambda scope: environments.patch_environment(scope, key, body),
+            version=form.get("version"),
+        )
+        if error is not None:
+            return await self._list(request, who, error.status, error=error.message)
+        return Redirect("/console/environments", status_code=303)
+
+    @post("/{key:str}/delete")
+    async def delete(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        if form.get("confirm") != key:
+            return await self._list(
+                request,
+                who,
+                422,
+                error=f"Type the environment's key ({key}) to delete it.",
+            )
+        revoke = form.get("revokeKeys") == "on"
+        _, error = await _do(
+            request,
+            who,
+            lambda scope: environments.delete_environment(scope, key, revoke_keys=revoke),
+        )
+        if error is not None:
+            return await self._list(request, who, error.status, error=error.message)
+        return Redirect("/console/environments", status_code=303)
+
+
+class KeyPages(Controller):
+    path = "/console/keys"
+    dependencies = {"who": Provide(provide_signed)}
+    include_in_schema = False
+
+    @get("/")
+    async def keys(self, request: Request[Any, Any, Any], who: Who) -> Template:
+        return await self._list(request, who)
+
+    async def _list(
+        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
+    ) -> Template:
+        async with reading(request, who) as scope:
+            found = await keys.list_keys(
+                scope,
+                limit=PAGE_SIZE,
+                cursor=request.query_params.get("cursor") or None,
+                include_revoked=request.query_params.get("revoked") == "yes",
+                kind=None,
+                environment=None,
+            )
+            envs = (await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)).items
+        return page(
+            request,
+            who,
+            "keys.html",
+            status=status,
+            title="Keys",
+            keys=found.items,
+            environments=envs,
+            next_cursor=found.next_cursor,
+            **extra,
+        )
+
+    @post("/")
+    async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
+        form = await request.form()
+        kind = form.get("kind") or ""
+        body = key_s.KeyCreate(
+            kind=kind if kind in ("management", "server", "relay", "public") else "public",  # type: ignore[arg-type]
+            name=(form.get("name") or "").strip(),
+            environment=form.get("environment") or None,
+            origins=_lines(form.get("origins")),
+        )
+        created, error = await _do(request, who, lambda scope: keys.create_key(scope, body))
+        if error is not None:
+            return await self._list(
+                request,
+                who,
+                error.status,
+                create_error=error.message,
+                create_errors=field_errors(error.details),
+                create_form=dict(form),
+            )
+        return await self._list(request, who, 201, created=created)
+
+    @post("/{key_id:str}/revoke")
+    async def revoke(
+        self, request: Request[Any, Any, Any], who: Who, key_id: FromPath[str]
+    ) -> Response[Any]:
+        _, error = await _do(request, who, lambda scope: keys.revoke_key(scope, key_id))
+        if error is not None:
+            return await self._list(request, who, error.status, error=error.message)
+        return Redirect("/console/keys", status_code=303)
+
+
+class WebhookPages(Controller):
+    path = "/console/webhooks"
+    dependencies = {"who": Provide(provide_signed)}
+    include_in_schema = False
+
+    @get("/")
+    async def webhooks(self, request: Request[Any, Any, Any], who: Who) -> Template:
+        return await self._list(request, who)
+
+    async def _list(
+        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
+    ) -> Template:
+        async with reading(request, who) as scope:
+            found = await webhooks.list_webhooks(scope, limit=PAGE_SIZE, cursor=None)
+        return page(
+            request,
+            who,
+            "webhooks.html",
+            status=status,
+            title="Webhooks",
+            webhooks=found.webhooks,
+            **extra,
+        )
+
+    @post("/")
+    async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
+        form = await request.form()
+        body = hook_s.WebhookCreate(
+            url=(form.get("url") or "").strip(),
+            events=[e.strip() for e in (form.get("events") or "*").split(",") if e.strip()],
+            description=form.get("description") or "",
+        )
+        policy = request.app.state.settings.webhook_private
+        created, error = await _do(
+            request, who, lambda scope: webhooks.create_webhook(scope, body, policy)
+        )
+        if error is not None:
+            return await self._list(
+                request,
+                who,
+                error.status,
+                create_error=error.message,
+                create_errors=field_errors(error.details),
+                create_form=dict(form),
+            )
+        return await self._list(request, who, 201, created=created)
+
+    @get("/{webhook_id:str}")
+    async def deliveries(
+        self, request: Request[Any, Any, Any], who: Who, webhook_id: FromPath[str]
+    ) -> Template:
+        return await self._deliveries(request, who, webhook_id)
+
+    async def _deliveries(
+        self,
+        request: Request[Any, Any, Any],
+        who: Who,
+        webhook_id: str,
+        status: int = 200,
+        **extra: Any,
+    ) -> Template:
+        async with reading(request, who) as scope:
+            try:
+                hook = await webhooks.get_webhook(scope, webhook_id)
+                found = await webhooks.deliveries(
+                    scope, webhook_id, status=None, limit=PAGE_SIZE, cursor=None
+                )
+            except ApiError as exc:
+                return page(
+                    request,
+                    who,
+                    "error.html",
+                    status=exc.status,
+                    title="Webhook",
+                    message=exc.message,
+                )
+        return page(
+            request,
+            who,
+            "webhook.html",
+            status=status,
+            title="Webhook",
+            webhook=hook,
+            deliveries=found.deliveries,
+            **extra,
+        )
+
+    @post("/{webhook_id:str}/deliveries/{delivery_id:str}/redeliver")
+    async def redeliver(
+        self,
+        request: Request[Any, Any, Any],
+        who: Who,
+        webhook_id: FromPath[str],
+        delivery_id: FromPath[str],
+    ) -> Response[Any]:
+        _, error = await _do(
+            request, who, lambda scope: webhooks.redeliver(scope, webhook_id, delivery_id)
+        )
+        if error is not None:
+            return await self._deliveries(
+                request, who, webhook_id, error.status, error=error.message
+            )
+        return Redirect(f"/console/webhooks/{webhook_id}", status_code=303)
+
+
+class AuditPages(Controller):
+    path = "/console/audit"
+    dependencies = {"who": Provide(provide_signed)}
+    include_in_schema = False
+
+    @get("/")
+    async def audit(self, request: Request[Any, Any, Any], who: Who) -> Template:
+        query = request.query_params
+        where = audit.AuditFilter(
+            resource_type=query.get("type") or None,
+            resource_key=query.get("key") or None,
+            action=query.get("action") or None,
+        )
+        async with reading(request, who) as scope:
+            try:
+                found = await audit.entries(
+                    scope, where, limit=PAGE_SIZE, cursor=query.get("cursor") or None
+                )
+            except ApiError as exc:
+                return page(
+                    request,
+                    who,
+                    "error.html",
+                    status=exc.status,
+                    title="Audit",
+                    message=exc.message,
+                )
+        items = [
+            {
+                "entry": e,
+                "changes": changes(e.before, e.after)
+                if e.before is not None and e.after is not None
+                else [],
+            }
+            for e in found.entries
+        ]
+        return page(
+            request,
+            who,
+            "audit.html",
+            title="Audit log",
+            items=items,
+            next_cursor=found.next_cursor,
+            filters={
+                "type": query.get("type", ""),
+                "key": query.get("key", ""),
+                "action": query.get("action", ""),
+            },
+        )
+
+
+__all__ = [
+    "AuditPages",
+    "EnvironmentPages",
+    "KeyPages",
+    "MetricPages",
+    "SegmentPages",
+    "WebhookPages",
+]

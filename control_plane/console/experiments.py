@@ -1,0 +1,170 @@
+"""Experiments: the list, create, start and stop, metrics, and the results page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.di import Provide
+from litestar.params import FromPath
+from litestar.response import Redirect, Response, Template
+
+from control_plane.console.charts import forest, time_series
+from control_plane.console.web import Who, field_errors, page, provide_signed, reading, writing
+from control_plane.domain.experiments import schemas as s
+from control_plane.domain.experiments import services
+from control_plane.domain.metrics import services as metrics
+from control_plane.domain.paging import MAX_LIMIT
+from control_plane.errors import ApiError
+
+PAGE_SIZE = 50
+VARIANT_ROWS = 4
+FIELDS = ("key", "content", "href", "bg", "color", "weight")
+
+
+class ExperimentPages(Controller):
+    path = "/console/experiments"
+    dependencies = {"who": Provide(provide_signed)}
+    include_in_schema = False
+
+    @get("/")
+    async def experiments(self, request: Request[Any, Any, Any], who: Who) -> Template:
+        return await self._list(request, who)
+
+    async def _list(
+        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
+    ) -> Template:
+        cursor = request.query_params.get("cursor") or None
+        async with reading(request, who) as scope:
+            found = await services.list_experiments(
+                scope, limit=PAGE_SIZE, cursor=cursor, status=None, type=None, q=None
+            )
+        return page(
+            request,
+            who,
+            "experiments.html",
+            status=status,
+            title="Experiments",
+            experiments=found.items,
+            next_cursor=found.next_cursor,
+            rows=range(VARIANT_ROWS),
+            **extra,
+        )
+
+    @post("/")
+    async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
+        form = await request.form()
+        variants = []
+        for i in range(VARIANT_ROWS):
+            values = {f: (form.get(f"variants[{i}].{f}") or "").strip() for f in FIELDS}
+            if not values["key"]:
+                continue
+            weight = None
+            if values["weight"]:
+                try:
+                    weight = float(values["weight"])
+                except ValueError:
+                    weight = -1.0  # the API names the field and the range
+            variants.append(
+                s.VariantIn(
+                    key=values["key"],
+                    content=values["content"],
+                    href=values["href"] or None,
+                    bg=values["bg"] or None,
+                    color=values["color"] or None,
+                    weight=weight,
+                )
+            )
+        kind = form.get("type") or "manual"
+        body = s.ExperimentCreate(
+            name=(form.get("name") or "").strip(),
+            key=(form.get("key") or "").strip() or None,
+            type=kind if kind in ("element", "cta", "manual") else "manual",  # type: ignore[arg-type]
+            url=(form.get("url") or "*").strip() or "*",
+            selector=(form.get("selector") or "").strip() or None,
+            goal=(form.get("goal") or "").strip() or None,
+            variants=variants or None,
+            activate=form.get("activate") == "on",
+        )
+        try:
+            async with writing(request, who) as scope:
+                created = await services.create_experiment(scope, body)
+        except ApiError as exc:
+            return await self._list(
+                request,
+                who,
+                exc.status,
+                create_error=exc.message,
+                create_errors=field_errors(exc.details),
+                create_form=dict(form),
+            )
+        return Redirect(f"/console/experiments/{created.key}", status_code=303)
+
+    @get("/{key:str}")
+    async def experiment(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Template:
+        return await self._show(request, who, key)
+
+    async def _show(
+        self, request: Request[Any, Any, Any], who: Who, key: str, status: int = 200, **extra: Any
+    ) -> Template:
+        async with reading(request, who) as scope:
+            try:
+                found = await services.with_results(scope, key)
+                series = await services.timeseries(scope, key, None)
+            except ApiError as exc:
+                return page(
+                    request, who, "error.html", status=exc.status, title=key, message=exc.message
+                )
+            defined = (
+                await metrics.list_metrics(scope, limit=MAX_LIMIT, cursor=None, event=None)
+            ).items
+        results = found.results
+        blocks = [(results.get("metric", {}).get("name", "primary"), results)]
+        blocks += [
+            (g.get("metric", {}).get("name", "guardrail"), g) for g in results.get("guardrails", [])
+        ]
+        return page(
+            request,
+            who,
+            "experiment.html",
+            status=status,
+            title=found.name,
+            experiment=found,
+            results=results,
+            forest=forest(blocks),
+            series=time_series(series.days),
+            days=series.days,
+            metrics=defined,
+            **extra,
+        )
+
+    @post("/{key:str}/status")
+    async def status(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        wanted = form.get("status") or ""
+        try:
+            async with writing(request, who, version=form.get("version")) as scope:
+                await services.set_status(scope, key, s.StatusIn(status=wanted))  # type: ignore[arg-type]
+        except ApiError as exc:
+            return await self._show(request, who, key, exc.status, error=exc.message)
+        return Redirect(f"/console/experiments/{key}", status_code=303)
+
+    @post("/{key:str}/metrics")
+    async def choose_metrics(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        primary = form.get("primary") or None
+        guardrails = [str(v) for v in form.getall("guardrails")] if hasattr(form, "getall") else []
+        try:
+            async with writing(request, who) as scope:
+                await services.set_metrics(
+                    scope, key, s.MetricsIn(primary=primary, guardrails=guardrails)
+                )
+        except ApiError as exc:
+            return await self._show(request, who, key, exc.status, error=exc.message)
+        return Redirect(f"/console/experiments/{key}#results", status_code=303)
