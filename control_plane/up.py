@@ -215,6 +215,7 @@ def _banner(
 ) -> None:
     print()
     print("Vane is up (Ctrl-C stops both):")
+    print(f"  console        {cp_url}/   (sign in with the management key below)")
     print(f"  control plane  {cp_url}/api/v1   (API docs {cp_url}/schema/swagger)")
     print(
         f"  relay          {relay_url}        (OFREP {relay_url}/ofrep/v1, browser SDK {relay_url}/sdk/v1)"

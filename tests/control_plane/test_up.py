@@ -63,6 +63,11 @@ def test_vane_up_hides_the_relay_key_and_its_children_die_with_it(tmp_path: Path
     try:
         relay_key = up.wait_for_line(r"^\s+relay\s+(rsk_live_\S+)", timeout=90).group(1)
         wait_http_ok(f"http://127.0.0.1:{relay_port}/readyz")
+        console = up.wait_for_line(r"^\s+console\s+(\S+)", timeout=30).group(1)
+        page = httpx.get(console, follow_redirects=True, timeout=10)
+        assert page.status_code == 200
+        assert page.url.path == "/console/sign-in"
+        assert "Management key" in page.text
         children = descendants(up.popen.pid)
         assert len(children) >= 2  # a control plane and a relay (and granian's workers)
         for pid in children:
