@@ -9,7 +9,10 @@ Edge cases, following LaunchDarkly:
 * ``in`` is type-strict JSON equality: ``1 == 1.0`` but ``1 != "1"`` and ``true != 1`` (Python's
   ``True == 1`` is not used); arrays and objects compare deeply.
 * ``startsWith``, ``endsWith``, ``contains``, ``matches``: both sides strings, case-sensitive;
-  ``matches`` is a regex *search* (Python ``re``), not a full match.
+  ``matches`` is a regex *search*, not a full match, run by RE2 (``google-re2``): time linear in
+  the attribute's length whatever the pattern, because a public key chooses the attribute. A
+  pattern RE2 cannot run (backreferences, lookaround) is refused when compiling, and an attribute
+  longer than ``MAX_MATCHED_LENGTH`` characters never matches (a second bound on the work).
 * ``lessThan`` … ``greaterThanOrEqual``: numbers only; a boolean is not a number and a numeric
   string is not a number.
 * ``before``, ``after``: each side is an RFC 3339 timestamp string (date *and* time *and* offset,
@@ -232,14 +235,39 @@ def _string_op(op: str, values: Sequence[Any], path: str) -> Predicate:
     if op == "contains":
         parts = tuple(texts)
         return lambda value: isinstance(value, str) and any(p in value for p in parts)
-    patterns = []
-    for i, text in enumerate(texts):
-        try:
-            patterns.append(re.compile(text))
-        except (re.error, RecursionError, OverflowError, ValueError) as exc:
-            raise InvalidAt(f"{path}[{i}]", f"invalid regular expression: {exc}") from None
-    searches = tuple(p.search for p in patterns)
-    return lambda value: isinstance(value, str) and any(s(value) for s in searches)
+    searches = tuple(_regex(text, f"{path}[{i}]").search for i, text in enumerate(texts))
+    return lambda value: (
+        isinstance(value, str)
+        and len(value) <= MAX_MATCHED_LENGTH
+        and any(search(value) for search in searches)
+    )
+
+
+MAX_MATCHED_LENGTH = 16 * 1024
+"""The longest attribute ``matches`` looks at: longer is no match (no email, path, user agent or
+version string comes near it; RE2 is linear anyway, this bounds the constant)."""
+
+
+def _regex(text: str, path: str) -> Any:
+    """``text`` compiled by RE2, or ``InvalidAt`` saying why RE2 cannot run it. The binding is
+    imported on first use: a relay whose rules have no ``matches`` never loads it (~2.6 MiB)."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # the reason comes back in the exception; nothing on stderr
+    try:
+        return re2.compile(text, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise InvalidAt(
+            path,
+            f"not a regular expression RE2 can run ({reason}); RE2 has no backreferences "
+            "or lookaround, so that matching always takes time linear in the input",
+        ) from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidAt(path, f"invalid regular expression: {exc}") from None
 
 
 def _number_op(op: str, values: Sequence[Any], path: str) -> Predicate:

@@ -212,3 +212,50 @@ def test_props_the_spool_cannot_carry_are_refused_naming_the_field(
         return [e.get("eventId") for e in found["events"]] == ["browser:e2"]
 
     eventually(stored, what=lambda: f"stored: {cp.api('GET', '/events?event=big').text}")
+
+
+def test_a_page_cannot_stall_a_relay_with_a_slow_regular_expression(
+    stack: tuple[ControlPlane, Relay, Path],
+) -> None:
+    cp, relay, _database = stack
+    assert cp.api("POST", "/flags", {"key": "regex"}).status_code == 201
+    rules = {
+        "rules": [
+            {
+                "clauses": [{"attribute": "email", "op": "matches", "values": ["^(a+)+$"]}],
+                "variation": 1,
+            }
+        ]
+    }
+    assert cp.api("PUT", "/flags/regex/environments/production/rules", rules).status_code == 200
+    toggle(cp, "regex", True)
+    eventually(serves(relay, cp.keys["public"], "regex", True), what="the flag on")
+    # 40 "a" then "!": hours for a backtracking engine, each answer here within the client's
+    # timeout (5 s), and the relay's health check answers between them
+    for _ in range(3):
+        answer = relay.evaluate(
+            cp.keys["public"], "regex", {"targetingKey": "u", "email": "a" * 40 + "!"}
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["value"] is True  # no match: the fallthrough
+        assert httpx.get(f"{relay.url}/healthz", timeout=5).status_code == 200
+    matching = relay.evaluate(cp.keys["public"], "regex", {"targetingKey": "u", "email": "aaa"})
+    assert matching.json()["value"] is False  # the rule
+
+
+@pytest.mark.parametrize("pattern", ["(a)\\1", "(?=a)b"])
+def test_patterns_that_cannot_run_in_linear_time_are_refused_at_write(
+    stack: tuple[ControlPlane, Relay, Path], pattern: str
+) -> None:
+    cp, _relay, _database = stack
+    assert cp.api("POST", "/flags", {"key": "re"}).status_code in (201, 409)
+    clause = {"attribute": "email", "op": "matches", "values": ["ok", pattern]}
+    rules = {"rules": [{"clauses": [clause], "variation": 0}]}
+    refused = cp.api("PUT", "/flags/re/environments/production/rules", rules)
+    assert refused.status_code == 422, refused.text
+    detail = refused.json()["error"]["details"][0]
+    assert detail["field"] == "rules[0].clauses[0].values[1]"
+    assert "RE2" in detail["message"]
+    segment = cp.api("POST", "/segments", {"key": "re-seg", "rules": [{"clauses": [clause]}]})
+    assert segment.status_code == 422, segment.text
+    assert segment.json()["error"]["details"][0]["field"] == "rules[0].clauses[0].values[1]"

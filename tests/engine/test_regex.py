@@ -1,0 +1,36 @@
+"""``matches`` runs in time linear in the attribute whatever the pattern (found from outside: a
+page stalled a relay's event loop with ``^(a+)+$`` and an email of many ``a`` then ``!``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.engine import CompileError, compile_snapshot
+from shared.engine.operators import MAX_MATCHED_LENGTH
+
+from .builders import clause, flag, rule, snapshot
+from .test_operators import matches
+
+
+def test_a_catastrophic_pattern_answers_at_once() -> None:
+    # with a backtracking engine this input takes hours (each more "a" doubles it); the suite's
+    # timeout fails the test long before — RE2 answers in microseconds
+    assert matches("matches", ["^(a+)+$"], "a" * 40 + "!") is False
+    assert matches("matches", ["^(a+)+$"], "a" * 40) is True
+    assert matches("matches", ["(x+x+)+y"], "x" * 5000) is False
+
+
+@pytest.mark.parametrize("pattern", ["(a)\\1", "(?=a)b", "(?<=a)b", "(?!a)", "a(?P=n)"])
+def test_patterns_re2_cannot_run_are_refused_naming_the_value(pattern: str) -> None:
+    with pytest.raises(CompileError) as info:
+        compile_snapshot(
+            snapshot(flag("f", rules=[rule(clause("email", "matches", "ok", pattern))]))
+        )
+    assert info.value.path == "flags.f.rules[0].clauses[0].values[1]"
+    assert "RE2" in info.value.message
+
+
+def test_an_attribute_past_the_bound_never_matches() -> None:
+    assert matches("matches", ["b"], "a" * (MAX_MATCHED_LENGTH - 1) + "b") is True
+    assert matches("matches", ["b"], "a" * MAX_MATCHED_LENGTH + "b") is False
+    assert matches("matches", ["b"], "a" * MAX_MATCHED_LENGTH + "b", negate=True) is True
