@@ -6,8 +6,9 @@
   effect on a page and are not listed.
 - ``POST /sdk/v1/experiments/{key}/assign`` ``{unit, url}`` (public key, or a server key bound to
   an environment) → ``{experiment, variant, assigned, reason, content}`` for one experiment, as
-  the control plane's assign endpoint answers: the path of manual experiments (the tracker's
-  ``experiment(key)``, a backend's server-side test).
+  the control plane's assign endpoint answers: the path of manual experiments (a backend's
+  server-side test, with a server key). A public key is answered the unit's variant of a manual
+  experiment with ``assigned: false`` and nothing recorded: only a backend exposes one.
 
 Each first assignment is reported upstream as a ``$exposure`` event through the event spool
 (fsync'd, forwarded losslessly), at the relay's clock. Its ``eventId`` is
@@ -172,6 +173,11 @@ class ExperimentRoutes:
             control = next(v for v in experiment.variants if v.key == "control")
             reason = "the experiment does not run on this url"
             answer = _assignment(key, control.key, False, reason, control.content)
+        elif experiment.type == "manual" and not admission.trusted:
+            # a backend's experiment: a page learns the unit's variant (so it renders what the
+            # backend serves) but never exposes it, or a page could fill it with invented units
+            variant = experiment.variants[variant_index(experiment, body.unit)]
+            answer = _assignment(key, variant.key, False, PAGE_NEVER_EXPOSES, variant.content)
         else:
             index = variant_index(experiment, body.unit)
             variant = experiment.variants[index]
@@ -180,6 +186,12 @@ class ExperimentRoutes:
             await self._record([exposure] if exposure is not None else [])
             answer = _assignment(key, variant.key, True, "assigned", variant.content)
         return Response(200, msgspec.json.encode(answer), admission.headers)
+
+
+PAGE_NEVER_EXPOSES = (
+    "a manual experiment is exposed by a backend (a server key), never by a page: this is the "
+    "unit's variant, and nothing was recorded"
+)
 
 
 def unit_problem(unit: str) -> str | None:

@@ -146,13 +146,28 @@ def test_server_side_assignment_agrees_everywhere_and_exposes_once(site: Backend
     public = {**site.auth("public"), "Origin": "https://shop.example"}
     by_page = site.relay_post(f"/sdk/v1/experiments/{key}/assign", {"unit": units[0]}, public)
     assert by_page.json()["variant"] == expected[units[0]]
+    # a page never exposes a manual experiment (found from outside: it raised 'exposed' with
+    # any unit it invented): it is told the unit's variant, and nothing is recorded
+    assert by_page.json()["assigned"] is False
+    for invented in ("made-up-1", "made-up-2", "made-up-3"):
+        answer = site.relay_post(f"/sdk/v1/experiments/{key}/assign", {"unit": invented}, public)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["assigned"] is False
+        assert "never by a page" in answer.json()["reason"]
 
     def exposed() -> int:
         return sum(site.exposed(key).values())
 
     eventually(lambda: exposed() == len(units), what="every unit exposed once")
+    # the page's calls went through the same relay before the last backend exposure arrived:
+    # had they been recorded, they would be here (the spool forwards in order)
+    last = site.relay_post(f"/sdk/v1/experiments/{key}/assign", {"unit": "late"}, site.server())
+    assert last.json()["assigned"] is True
+    eventually(lambda: exposed() == len(units) + 1, what="the backend's last exposure")
     by_variant = site.exposed(key)
-    assert by_variant["control"] == sum(1 for v in expected.values() if v == "control")
+    late = variant_of(key, "late", ["control", "treatment"], [None, None])
+    expected_control = sum(1 for v in expected.values() if v == "control") + (late == "control")
+    assert by_variant["control"] == expected_control
 
 
 def test_the_official_ofrep_provider_resolves_a_server_only_flag(site: Backend) -> None:
