@@ -21,6 +21,10 @@ from scipy import special
 DEFAULT_POWER = 0.8
 
 
+MAX_UNITS = 2**53 - 1
+"""A plan needing more units than this (about 9e15 per arm) is no plan: refused, not computed."""
+
+
 def _z(p: float) -> float:
     return float(special.ndtri(p))
 
@@ -54,8 +58,11 @@ def units_per_arm(
     total = variance_control + variance_treatment
     if not (effect != 0 and math.isfinite(effect) and total > 0 and math.isfinite(total)):
         return None
-    n = z * z * total / (effect * effect)
-    return max(2, math.ceil(n)) if math.isfinite(n) else None
+    squared = effect * effect
+    if squared == 0.0:  # an effect so small its square underflows: no finite sample detects it
+        return None
+    n = z * z * total / squared
+    return max(2, math.ceil(n)) if math.isfinite(n) and n <= MAX_UNITS else None
 
 
 def achieved_power(

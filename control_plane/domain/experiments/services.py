@@ -581,9 +581,16 @@ async def with_results(
     from control_plane.domain.experiments.results import DEFAULT_TARGET_EFFECT, analyse_subject
 
     if target_effect is not None and not (
-        math.isfinite(target_effect) and 0 < abs(target_effect) <= 10
+        math.isfinite(target_effect) and MIN_RELATIVE_EFFECT <= abs(target_effect) <= 10
     ):
-        raise invalid_many([FieldError("mde", "a relative effect such as 0.05, not 0")])
+        raise invalid_many(
+            [
+                FieldError(
+                    "mde",
+                    f"a relative effect such as 0.05, from {MIN_RELATIVE_EFFECT:g} to 10 in size",
+                )
+            ]
+        )
 
     row = await find(scope, id_or_key)
     out = await experiment_out(scope, row)
@@ -616,6 +623,11 @@ async def with_results(
     )
 
 
+MIN_RELATIVE_EFFECT = 1e-6
+"""The smallest relative effect a plan or a power block is computed for (a ten-thousandth of a
+percent): below it no sample of a size that can exist detects it."""
+
+
 def plan(body: s.PowerIn) -> s.PowerOut:
     """Units per variant for a planned experiment (conversion or mean metric)."""
     from control_plane.analysis import power
@@ -637,8 +649,11 @@ def plan(body: s.PowerIn) -> s.PowerOut:
         problems.add("baselineMean", "a finite mean other than 0 (mde is relative to it)")
     if by_mean and (body.baseline_sd is None or not (0 < body.baseline_sd < math.inf)):
         problems.add("baselineSd", "a positive standard deviation per unit")
-    if not (math.isfinite(body.mde) and body.mde != 0 and body.mde > -1):
-        problems.add("mde", "a relative effect such as 0.05 (+5 %), not 0 and above -1")
+    if not (math.isfinite(body.mde) and abs(body.mde) >= MIN_RELATIVE_EFFECT and body.mde > -1):
+        problems.add(
+            "mde",
+            f"a relative effect such as 0.05 (+5 %), at least {MIN_RELATIVE_EFFECT:g} in size and above -1",
+        )
     if not 0 < body.alpha < 1:
         problems.add("alpha", "between 0 and 1 exclusive, e.g. 0.05")
     if not 0 < body.power < 1:
@@ -652,23 +667,39 @@ def plan(body: s.PowerIn) -> s.PowerOut:
     ):
         problems.add("mde", "the treated rate baselineRate * (1 + mde) must lie in (0, 1)")
     problems.raise_if_any()
-    if body.baseline_rate is not None:
-        result = power.plan_conversion(
-            body.baseline_rate, body.mde, alpha=body.alpha, power=body.power, variants=body.variants
-        )
-        metric = "conversion"
-    else:
-        assert body.baseline_mean is not None
-        assert body.baseline_sd is not None
-        result = power.plan_mean(
-            body.baseline_mean,
-            body.baseline_sd,
-            body.mde,
-            alpha=body.alpha,
-            power=body.power,
-            variants=body.variants,
-        )
-        metric = "mean"
+    try:
+        if body.baseline_rate is not None:
+            result = power.plan_conversion(
+                body.baseline_rate,
+                body.mde,
+                alpha=body.alpha,
+                power=body.power,
+                variants=body.variants,
+            )
+            metric = "conversion"
+        else:
+            assert body.baseline_mean is not None
+            assert body.baseline_sd is not None
+            result = power.plan_mean(
+                body.baseline_mean,
+                body.baseline_sd,
+                body.mde,
+                alpha=body.alpha,
+                power=body.power,
+                variants=body.variants,
+            )
+            metric = "mean"
+    except (ValueError, ZeroDivisionError, OverflowError):
+        # an effect too small for any finite sample (1e-300: the treated rate rounds to the
+        # baseline, or the effect's square underflows), or one needing more than 2^53 units
+        raise invalid_many(
+            [
+                FieldError(
+                    "mde",
+                    "too small to plan for: no finite sample of at most 2^53 units detects it",
+                )
+            ]
+        ) from None
     treatments = body.variants - 1
     return s.PowerOut(
         metric=metric,
