@@ -27,7 +27,7 @@ from control_plane.db.models import ApiKey
 from control_plane.errors import ApiError
 from control_plane.ratelimit import Limiter
 from shared.keys import PREFIXES as SHARED_PREFIXES
-from shared.keys import hash_token
+from shared.keys import SERVER_KEY_FROM_PAGE, hash_token
 from shared.keys import kind_of as shared_kind_of
 
 
@@ -166,6 +166,8 @@ class KeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
                 principal = await find_principal(session, token)
         if principal is None:
             raise refuse(connection, 401, "unknown or revoked API key")
+        if principal.kind is KeyKind.SERVER and connection.headers.get("origin") is not None:
+            raise refuse(connection, 403, SERVER_KEY_FROM_PAGE)
         limiter: Limiter | None = connection.app.state.get("limiter")
         if limiter is not None and principal.kind is not KeyKind.RELAY:
             wait = await limiter.retry_after(principal.key_id)

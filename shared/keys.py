@@ -5,6 +5,10 @@ from __future__ import annotations
 import hashlib
 
 PREFIXES = {"management": "vsk_", "server": "ssk_", "relay": "rsk_", "public": "pk_"}
+SERVER_KEY_FROM_PAGE = "a server key is never accepted from a page (the request has an Origin)"
+"""Why a server key on a request with an ``Origin`` header is refused (403), on every endpoint of
+both processes: a server key belongs in a backend, and a browser always sends ``Origin`` with a
+cross-origin request, a POST, or a fetch."""
 
 
 def hash_token(token: str) -> str:

@@ -22,6 +22,7 @@ from relay.routes.views import View, Views
 from relay.settings import RelaySettings
 from relay.store import Caller, EnvironmentState, Store
 from shared.engine import Evaluation, context_key
+from shared.keys import SERVER_KEY_FROM_PAGE
 from shared.wire.protocol import AccessKey
 
 
@@ -122,8 +123,7 @@ class Browser:
     ) -> Response | None:
         """A server key: never from a page, and only one bound to an environment evaluates."""
         if origin is not None:  # the page may read why: a server key does not belong in it
-            message = "a server key is never accepted from a page (the request has an Origin)"
-            return Response(403, error_body(403, message), cors_headers(origin))
+            return Response(403, error_body(403, SERVER_KEY_FROM_PAGE), cors_headers(origin))
         if key.environment is None:
             message = (
                 "this server key is not bound to an environment; issue one with "

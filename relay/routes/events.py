@@ -39,6 +39,7 @@ from relay.routes.keys import bearer_token, unknown_key
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
 from shared.engine.experiments import exposure_claim_problem, flag_exposure_claim_problem
+from shared.keys import SERVER_KEY_FROM_PAGE
 from shared.wire import body, events
 
 RETRY_AFTER_S = b"5"
@@ -100,6 +101,12 @@ class EventIntake:
         if sender is None:
             message = "this endpoint needs a server key (ssk_) or a management key (vsk_)"
             return Response(403, vane_error_body(403, message), [CONTENT_JSON])
+        if sender == "server" and request.headers.get(b"origin") is not None:
+            return Response(403, vane_error_body(403, SERVER_KEY_FROM_PAGE), [CONTENT_JSON])
+        # a backend's events travel upstream under the relay's key: its own limit is kept here
+        limited = self.browser.rates.check(caller.key.id, None, vane_error_body)
+        if limited is not None:
+            return limited
         return sender
 
     async def _body(self, request: Request) -> bytes | Response:

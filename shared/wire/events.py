@@ -144,12 +144,12 @@ def sender_problems(item: EventIn, sender: Source, prefix: str = "") -> list[Pro
     if (
         sender != "browser"
         and item.event_id is not None
-        and item.event_id.startswith(BROWSER_ID_PREFIX)
+        and item.event_id[: len(BROWSER_ID_PREFIX)].lower() == BROWSER_ID_PREFIX
     ):
         problems.append(
             (
                 f"{prefix}eventId",
-                f"ids starting with {BROWSER_ID_PREFIX!r} are reserved for browsers",
+                f"ids starting with {BROWSER_ID_PREFIX!r} (in any case) are reserved for browsers",
             )
         )
     if sender != "relay" and item.source is not None:

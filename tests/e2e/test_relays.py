@@ -88,7 +88,14 @@ def start_control_plane(
     return ControlPlane(process, url, keys)
 
 
-def start_relay(upstream: str, key: str, data_dir: Path, *, port: int | None = None) -> Relay:
+def start_relay(
+    upstream: str,
+    key: str,
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Relay:
     port = port or free_port()
     process = Process(
         [
@@ -103,7 +110,7 @@ def start_relay(upstream: str, key: str, data_dir: Path, *, port: int | None = N
             "--data-dir",
             str(data_dir),
         ],
-        env={"VANE_RELAY_STALE_AFTER_S": "2", "VANE_RELAY_HEARTBEAT_S": "1"},
+        env={"VANE_RELAY_STALE_AFTER_S": "2", "VANE_RELAY_HEARTBEAT_S": "1", **(extra_env or {})},
     )
     relay = Relay(process, f"http://127.0.0.1:{port}")
     wait_http_ok(f"{relay.url}/healthz")

@@ -207,9 +207,36 @@ def test_a_page_cannot_shadow_a_backend_event(site: Site) -> None:
     assert answer.json() == {"accepted": 1, "duplicates": 0, "conflicts": 0}
     by_id = {e["eventId"]: (e["source"], e["value"]) for e in site.stored(unit="buyer")}
     assert by_id == {"order-123": ("server", 4999), "browser:order-123": ("browser", 1)}
-    # the browsers' namespace is theirs alone
-    forged = {**settled, "eventId": "browser:order-123"}
-    assert site.api("POST", "/track", forged, kind="server").status_code == 422
+    # the browsers' namespace is theirs alone, in any case (found from outside: BROWSER: passed)
+    for forged_id in ("browser:order-123", "BROWSER:order-123", "Browser:x"):
+        forged = {**settled, "eventId": forged_id}
+        answer = site.api("POST", "/track", forged, kind="server")
+        assert answer.status_code == 422, (forged_id, answer.text)
+        assert answer.json()["error"]["details"][0]["field"] == "eventId"
+        at_relay = httpx.post(
+            f"{site.relay.url}/api/v1/track", json=forged, headers=site.auth("server"), timeout=5
+        )
+        assert at_relay.status_code == 422, (forged_id, at_relay.text)
+
+
+def test_a_server_key_is_never_accepted_from_a_page_on_any_endpoint(site: Site) -> None:
+    """Found from outside: refused on evaluation, but accepted on /track (both processes)."""
+    page = {**site.auth("server"), "Origin": "https://shop.example"}
+    one = {"unit": "u", "event": "from-a-page"}
+    for url, body in (
+        (f"{site.cp.url}/api/v1/track", one),
+        (f"{site.cp.url}/api/v1/events", {"events": [one]}),
+        (f"{site.relay.url}/api/v1/track", one),
+        (f"{site.relay.url}/api/v1/events", {"events": [one]}),
+        (f"{site.relay.url}/v1/track", one),
+    ):
+        answer = httpx.post(url, json=body, headers=page, timeout=5)
+        assert answer.status_code == 403, (url, answer.text)
+        assert "never accepted from a page" in answer.json()["error"]["message"]
+    assert site.stored(event="from-a-page") == []
+    # without the Origin (a backend) the same calls are accepted
+    backend = httpx.post(f"{site.cp.url}/api/v1/track", json=one, headers=site.auth("server"))
+    assert backend.status_code == 200, backend.text
 
 
 def test_a_repeat_with_another_payload_is_a_conflict_never_stored(site: Site) -> None:
@@ -437,3 +464,39 @@ def test_rate_limits_are_per_key_and_shared_by_replicas(postgres_url: str, tmp_p
     finally:
         second.process.stop()
         first.process.stop()
+
+
+def test_a_server_keys_events_through_a_relay_are_rate_limited(tmp_path: Path) -> None:
+    """Found from outside: a backend's events travel upstream under the relay's key, so the
+    control plane's per-key limit never saw the server key; the relay keeps it now."""
+    cp = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
+    limits = {"VANE_RELAY_RATE_LIMIT": "0.01", "VANE_RELAY_RATE_BURST": "3"}
+    relay = start_relay(cp.url, cp.keys["relay"], tmp_path / "relay", extra_env=limits)
+    try:
+        eventually(lambda: relay.readyz()["ready"] is True, what="relay ready")
+        server = {"Authorization": f"Bearer {cp.keys['server']}"}
+        answers = [
+            httpx.post(
+                f"{relay.url}/api/v1/track", json={"unit": "u", "event": "e"}, headers=server
+            )
+            for _ in range(4)
+        ]
+        assert [a.status_code for a in answers] == [200, 200, 200, 429], answers[-1].text
+        assert 1 <= int(answers[-1].headers["retry-after"]) <= 100
+        assert answers[-1].json()["error"]["code"] == "rate_limited"
+        batch = httpx.post(
+            f"{relay.url}/api/v1/events",
+            json={"events": [{"unit": "u", "event": "e"}]},
+            headers=server,
+        )
+        assert batch.status_code == 429
+        # a public key has its own bucket
+        page = httpx.post(
+            f"{relay.url}/sdk/v1/events",
+            json={"events": [{"unit": "u", "event": "e"}]},
+            headers={"Authorization": f"Bearer {cp.keys['public']}"},
+        )
+        assert page.status_code == 200, page.text
+    finally:
+        relay.process.stop()
+        cp.process.stop()
