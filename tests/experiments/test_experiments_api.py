@@ -378,3 +378,61 @@ def test_bayesian_engine_reports_chance_to_beat_control(api: Api) -> None:
     assert treatment["chanceToBeatControl"] > 0.95
     assert treatment["expectedLoss"] >= 0
     assert treatment["ciLow"] < treatment["uplift"] < treatment["ciHigh"]
+
+
+CTA = {"name": "Buy", "type": "cta", "selector": "a.buy"}
+
+
+@pytest.mark.parametrize(
+    ("variant", "field"),
+    [
+        ({"href": "javascript:alert(1)"}, "variants[1].href"),
+        ({"href": "  JaVaScRiPt:alert(1)"}, "variants[1].href"),
+        ({"href": "java\tscript:alert(1)"}, "variants[1].href"),
+        ({"href": "\x01javascript:alert(1)"}, "variants[1].href"),
+        ({"href": "data:text/html,<script>alert(1)</script>"}, "variants[1].href"),
+        ({"href": "vbscript:msgbox(1)"}, "variants[1].href"),
+        ({"bg": "red; position: fixed; inset: 0"}, "variants[1].bg"),
+        ({"bg": "url(https://evil.example/x.png)"}, "variants[1].bg"),
+        ({"color": "expression(alert(1))"}, "variants[1].color"),
+        ({"color": "#12345"}, "variants[1].color"),
+    ],
+)
+def test_a_cta_may_only_link_safely_and_use_plain_colours(
+    api: Api, variant: dict[str, str], field: str
+) -> None:
+    """Found from outside: a javascript: href and a bg carrying extra CSS were accepted."""
+    body = {**CTA, "variants": [{"key": "control"}, {"key": "b", "content": "Go", **variant}]}
+    response = api.post("/experiments", body)
+    assert response.status_code == 422, response.text
+    assert fields(response) == [field]
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"href": "https://shop.example/buy?x=1", "bg": "#0a0", "color": "#FFFFFFCC"},
+        {"href": "/signup", "bg": "rgb(17, 34, 51)", "color": "white"},
+        {"href": "#pricing", "bg": "hsl(120 50% 40% / 0.8)", "color": "rgba(0,0,0,.5)"},
+        {"href": "?plan=pro", "bg": "transparent"},
+        {"href": "next/page", "color": "#abc"},
+    ],
+)
+def test_safe_links_and_plain_colours_are_accepted(api: Api, variant: dict[str, str]) -> None:
+    body = {**CTA, "variants": [{"key": "control"}, {"key": "b", "content": "Go", **variant}]}
+    response = api.post("/experiments", body)
+    assert response.status_code == 201, response.text
+
+
+def test_an_edit_is_held_to_the_same_rules(api: Api) -> None:
+    body = {
+        **CTA,
+        "activate": False,
+        "variants": [{"key": "control"}, {"key": "b", "content": "Go"}],
+    }
+    exp = create(api, body)
+    edit = {"variants": [{"key": "b", "href": "JAVASCRIPT:alert(1)", "bg": "red;top:0"}]}
+    response = api.patch(f"/experiments/{exp['key']}", edit)
+    assert response.status_code == 422, response.text
+    assert set(fields(response)) == {"variants[0].href", "variants[0].bg"}
+    assert api.get(f"/experiments/{exp['key']}").json()["variants"][1]["href"] is None

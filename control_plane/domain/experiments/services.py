@@ -14,7 +14,7 @@ from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Metric, SequentialLook
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope, percent
-from control_plane.domain.experiments import decisions, exposures
+from control_plane.domain.experiments import cta, decisions, exposures
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments.results import MetricDef
 from control_plane.domain.flags import validation as v
@@ -176,16 +176,13 @@ def _variants(problems: v.Problems, body: s.ExperimentCreate) -> list[dict[str, 
         if item.key in seen:
             problems.add(f"{field}.key", f"variant key {item.key!r} is used twice")
         seen.add(item.key)
-        if body.type != "cta":
-            for name in ("href", "bg", "color"):
-                if getattr(item, name) is not None:
-                    problems.add(f"{field}.{name}", "only cta variants have href, bg and color")
         if len(item.content) > 10_000:
             problems.add(f"{field}.content", "at most 10000 characters")
-        stored: dict[str, Any] = {"key": item.key, "content": item.content}
-        for name in ("href", "bg", "color"):
-            if getattr(item, name) is not None:
-                stored[name] = getattr(item, name)
+        stored: dict[str, Any] = {
+            "key": item.key,
+            "content": item.content,
+            **_cta_fields(problems, field, item, body.type),
+        }
         if item.weight is not None:
             if not 0 <= item.weight <= 100:
                 problems.add(f"{field}.weight", "a percentage from 0 to 100")
@@ -195,6 +192,18 @@ def _variants(problems: v.Problems, body: s.ExperimentCreate) -> list[dict[str, 
         problems.add("variants", "weights must sum to 100")
     # the control variant first, so results list the baseline first
     return sorted(out, key=lambda x: x["key"] != CONTROL)
+
+
+def _cta_fields(problems: v.Problems, field: str, item: s.VariantIn, kind: str) -> dict[str, str]:
+    """A variant's ``href``, ``bg`` and ``color`` as given: a cta's, each checked (``cta``)."""
+    given = {name: getattr(item, name) for name in ("href", "bg", "color")}
+    given = {name: value for name, value in given.items() if value is not None}
+    for name, value in given.items():
+        if kind != "cta":
+            problems.add(f"{field}.{name}", "only cta variants have href, bg and color")
+        elif (problem := cta.check(name, value)) is not None:
+            problems.add(f"{field}.{name}", problem)
+    return given
 
 
 def _check_url(problems: v.Problems, url: str) -> None:
@@ -351,6 +360,8 @@ def _edited_variants(
                 problems.add(f"{field}.{name}", "only cta variants have href, bg and color")
             elif value is None:
                 stored.pop(name, None)
+            elif (problem := cta.check(name, value)) is not None:
+                problems.add(f"{field}.{name}", problem)
             else:
                 stored[name] = value
     return out
