@@ -76,7 +76,7 @@ class Receiver:
 
 
 @contextmanager
-def receiving(secret: str) -> Iterator[Receiver]:
+def receiving(secret: str, host: str = "127.0.0.1", port: int = 0) -> Iterator[Receiver]:
     receiver = Receiver(secret)
 
     class Handler(BaseHTTPRequestHandler):
@@ -91,8 +91,8 @@ def receiving(secret: str) -> Iterator[Receiver]:
         def log_message(self, *_: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
+    server = ThreadingHTTPServer((host, port), Handler)
+    receiver.url = f"http://{host}:{server.server_address[1]}/hooks"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -3,6 +3,7 @@ input named, every change delivered signed, a 500 retried with the same id, a re
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -251,3 +252,44 @@ def test_deliveries_done_with_are_pruned_after_the_retention_and_pending_ones_st
         assert deliveries(api, stuck)[0]["status"] == "pending"
         assert down.verified()  # it was tried all along
         assert api.get(f"/webhooks/{kept['id']}").status_code == 200
+
+
+def test_an_attempt_connects_to_the_address_it_checked(
+    hooks_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding (found from outside): the address was checked by resolving the name, then
+    httpx resolved it again, and the name could answer anything the second time. Here the name
+    answers the checked receiver once and another address ever after: the delivery must reach
+    the first, and the name be resolved once."""
+    api = hooks_api
+    real = socket.getaddrinfo
+    answers: list[str] = []
+
+    def rebinding(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "hooks.rebind.test":
+            target = "127.0.0.1" if not answers else "127.0.0.3"
+            answers.append(target)
+            return real(target, port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    with receiving(SECRET) as checked:
+        port = int(checked.url.rsplit(":", 1)[1].split("/", 1)[0])
+        with receiving(SECRET, host="127.0.0.3", port=port) as elsewhere:
+            url = f"http://hooks.rebind.test:{port}/hooks"
+            created = api.post("/webhooks", {"url": url, "events": ["flag.*"], "secret": SECRET})
+            assert created.status_code == 201, created.text
+            monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+            assert api.post("/flags", {"key": "rebound"}).status_code == 201
+            hook = created.json()
+            eventually(
+                lambda: (
+                    deliveries(api, hook)[0]["status"] == "delivered"
+                    if deliveries(api, hook)
+                    else False
+                ),
+                what=lambda: f"delivered: {deliveries(api, hook)}",
+            )
+            assert checked.types() == ["flag.created"]
+            assert elsewhere.types() == []
+            assert answers == ["127.0.0.1"]  # resolved once, at the check
+            assert checked.verified()[0].headers.get("host") == f"hooks.rebind.test:{port}"

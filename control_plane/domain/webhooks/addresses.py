@@ -3,7 +3,11 @@ allows (``none``, the default: public addresses only; ``loopback``: also 127.0.0
 development and tests; ``all``: anything, for a control plane inside a trusted network).
 
 Checked twice: when a webhook is saved (a literal address or ``localhost``), and before every
-attempt on the addresses the host name resolves to then (a name may point anywhere later).
+attempt on the addresses the host name resolves to then (a name may point anywhere later). The
+attempt then connects to the very address that was checked (``Destination.address``), never to
+what a second resolution answers: a name that rebinds to a private address between the check
+and the connection (DNS rebinding) cannot reach it. The request keeps the name in ``Host`` and,
+for https, in TLS (SNI and the certificate's name).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from urllib.parse import urlsplit
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -57,11 +63,35 @@ def _refused(what: str) -> str:
     return f"{what} is a private address; VANE_WEBHOOK_PRIVATE does not allow it"
 
 
-async def destination_problem(url: str, policy: str, timeout_s: float) -> str | None:
-    """``url_problem``, and every address its host resolves to now allowed by ``policy``."""
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where one attempt goes: the problem that stops it, or the address to connect to."""
+
+    problem: str | None
+    address: str | None = None  # checked; None: connect by name (VANE_WEBHOOK_PRIVATE=all)
+
+    def request(self, url: str) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """``(url to connect to, headers, httpx extensions)`` for ``url`` pinned to ``address``."""
+        if self.address is None:
+            return url, {}, {}
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        literal = f"[{self.address}]" if ":" in self.address else self.address
+        netloc = literal + (f":{parts.port}" if parts.port is not None else "")
+        pinned = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+        headers = {"Host": parts.netloc.rsplit("@", 1)[-1]}
+        extensions: dict[str, Any] = {}
+        if parts.scheme == "https" and host != self.address:
+            extensions["sni_hostname"] = host  # SNI and certificate checks on the name
+        return pinned, headers, extensions
+
+
+async def destination(url: str, policy: str, timeout_s: float) -> Destination:
+    """``url_problem``, and the host resolved once: every address allowed by ``policy``, the
+    first one the attempt connects to."""
     problem = url_problem(url, policy)
     if problem is not None or policy == "all":
-        return problem
+        return Destination(problem)
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -71,9 +101,11 @@ async def destination_problem(url: str, policy: str, timeout_s: float) -> str | 
             timeout_s,
         )
     except (OSError, TimeoutError, ValueError) as exc:  # ValueError: a name IDNA refuses
-        return f"cannot resolve {host}: {exc or 'timed out'}"
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        return Destination(f"cannot resolve {host}: {exc or 'timed out'}")
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    for address in addresses:
         if not allowed_address(address, policy):
-            return f"{host} resolves to {_refused(str(address))}"
-    return None
+            return Destination(f"{host} resolves to {_refused(str(address))}")
+    if not addresses:
+        return Destination(f"cannot resolve {host}: no address")
+    return Destination(None, str(addresses[0]))

@@ -40,7 +40,7 @@ from control_plane.db.ids import first_id_at, new_id
 from control_plane.db.models import OutboxEvent, Webhook, WebhookDelivery
 from control_plane.db.types import utcnow
 from control_plane.domain.webhooks import outbox
-from control_plane.domain.webhooks.addresses import destination_problem
+from control_plane.domain.webhooks.addresses import destination
 from control_plane.domain.webhooks.signing import HEADER, signature
 from shared.backoff import backoff_delay
 
@@ -263,20 +263,24 @@ class Dispatcher:
         started = time.monotonic()
         status_code: int | None = None
         retry_after = 0.0
-        error = await destination_problem(hook.url, self.settings.private, self.settings.timeout_s)
+        target = await destination(hook.url, self.settings.private, self.settings.timeout_s)
+        error = target.problem
         if error is None:
             stamp = int(time.time())
+            url, pinned, extensions = target.request(hook.url)  # the address just checked
             try:
                 response = await asyncio.wait_for(  # a total bound: httpx's is per phase
                     client.post(
-                        hook.url,
+                        url,
                         content=body,
                         headers={
+                            **pinned,
                             "Content-Type": "application/json",
                             HEADER: signature(hook.secret, body, stamp),
                             "Vane-Delivery": delivery.id,
                             "Vane-Event-Type": event.type,
                         },
+                        extensions=extensions,
                     ),
                     self.settings.timeout_s,
                 )
