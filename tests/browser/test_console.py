@@ -371,6 +371,8 @@ def test_every_screen_has_no_serious_accessibility_violation(
     if site.api("GET", "/flags/a11y").status_code == 404:
         assert site.api("POST", "/flags", {"key": "a11y"}).status_code == 201
     page = context.new_page()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
     page.goto(site.cp.url + "/console/sign-in")
     assert serious_violations(page, axe_source) == []
     shot(page, "sign-in")
@@ -406,6 +408,9 @@ def test_every_screen_has_no_serious_accessibility_violation(
             "audit",
         ):
             shot(page, name)
+    # every request a console page made went to the control plane (axe is injected, not fetched)
+    assert requested
+    assert [url for url in requested if not url.startswith(site.cp.url + "/")] == []
 
 
 def test_a_critical_toggle_with_the_keyboard_alone(site: Site, context: Any) -> None:
