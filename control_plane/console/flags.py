@@ -36,6 +36,7 @@ from control_plane.domain.segments import services as segments
 from control_plane.errors import ApiError
 
 PAGE_SIZE = 50
+PREREQUISITE_ROWS = 3  # rows of the prerequisites form (one more than a flag usually has)
 FRAGMENT = "x-vane-fragment"  # the live script asks for the page's <main> only
 
 
@@ -252,6 +253,26 @@ class FlagPages(Controller):
             return await self._failed(request, who, key, env, exc, "targets", dict(form))
         return Redirect(f"/console/flags/{key}?env={env}", status_code=303)
 
+    @post("/{key:str}/environments/{env:str}/prerequisites")
+    async def prerequisites(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        wanted = []
+        for i in range(PREREQUISITE_ROWS):
+            flag_key = (form.get(f"prerequisites[{i}].key") or "").strip()
+            variation = (form.get(f"prerequisites[{i}].variation") or "").strip()
+            if flag_key:
+                number = int(variation) if variation.lstrip("-").isdigit() else -1
+                wanted.append(s.PrerequisiteIn(key=flag_key, variation=number))
+        body = s.EnvironmentSettingsIn(prerequisites=wanted)
+        try:
+            async with writing(request, who, version=form.get("version")) as scope:
+                await services.put_settings(scope, key, env, body)
+        except ApiError as exc:
+            return await self._failed(request, who, key, env, exc, "prerequisites", dict(form))
+        return Redirect(f"/console/flags/{key}?env={env}#prerequisites", status_code=303)
+
     @post("/{key:str}/environments/{env:str}/rules")
     async def rules(
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
@@ -386,6 +407,8 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
         scope, audit.AuditFilter(resource_type="flag", resource_key=key), limit=20, cursor=None
     )
     targets = {t.variation: forms.lines_of(t.values) for t in settings.targets}
+    prerequisites = [{"key": p.key, "variation": p.variation} for p in settings.prerequisites]
+    prerequisites += [{"key": "", "variation": ""}] * max(0, PREREQUISITE_ROWS - len(prerequisites))
     return {
         "flag": flag,
         "environments": envs,
@@ -398,6 +421,7 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
         "operators": forms.OPERATORS,
         "segments": segment_keys,
         "targets": targets,
+        "prerequisites": prerequisites,
         "history": _history(history.entries),
         "example_context": json.dumps({"key": "user-1"}),
     }

@@ -434,3 +434,22 @@ def test_a_critical_toggle_with_the_keyboard_alone(site: Site, context: Any) -> 
     eventually(
         lambda: site.api("GET", "/flags/keyboard").json()["environments"]["production"]["enabled"]
     )
+
+
+def test_prerequisites_are_set_from_the_flag_page(site: Site, context: Any) -> None:
+    for key in ("parent-flag", "child-flag"):
+        if site.api("GET", f"/flags/{key}").status_code == 404:
+            assert site.api("POST", "/flags", {"key": key}).status_code == 201
+    page = context.new_page()
+    sign_in(page, site)
+    page.goto(site.cp.url + "/console/flags/child-flag?env=staging")
+    page.locator("input[name='prerequisites[0].key']").fill("no-such-flag")
+    page.locator("input[name='prerequisites[0].variation']").fill("0")
+    page.get_by_role("button", name="Save prerequisites").click()
+    assert "no-such-flag" in page.locator("#form-error").inner_text()
+    page.locator("input[name='prerequisites[0].key']").fill("parent-flag")
+    page.locator("input[name='prerequisites[0].variation']").fill("0")
+    page.get_by_role("button", name="Save prerequisites").click()
+    page.wait_for_url("**#prerequisites")
+    settings = site.api("GET", "/flags/child-flag/environments/staging").json()
+    assert settings["prerequisites"] == [{"key": "parent-flag", "variation": 0}]
