@@ -282,12 +282,8 @@ def test_an_attempt_connects_to_the_address_it_checked(
             assert api.post("/flags", {"key": "rebound"}).status_code == 201
             hook = created.json()
             eventually(
-                lambda: (
-                    deliveries(api, hook)[0]["status"] == "delivered"
-                    if deliveries(api, hook)
-                    else False
-                ),
-                what=lambda: f"delivered: {deliveries(api, hook)}",
+                lambda: [d["status"] for d in deliveries(api, hook)] == ["delivered"],
+                what="the delivery delivered",
             )
             assert checked.types() == ["flag.created"]
             assert elsewhere.types() == []
