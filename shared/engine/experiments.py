@@ -12,9 +12,7 @@ path of the page URL (query and fragment ignored); a full URL pattern with schem
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,9 +44,28 @@ def choose_variant(experiment_key: str, unit: str, bounds: Sequence[int]) -> int
     return len(bounds) - 1
 
 
-@lru_cache(maxsize=1024)
-def _glob(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + ".*".join(re.escape(part) for part in pattern.split("*")) + "$")
+def glob_matches(pattern: str, text: str) -> bool:
+    """``pattern``'s ``*`` stands for any run of characters; the rest must appear as written.
+
+    Greedy and leftmost, with ``str`` searches only: the first part is a prefix, the last a
+    suffix, each one between found at its earliest place after the previous. That is exact for
+    ``*``-only globs and takes time linear in ``text`` per part, where a regular expression
+    (``.*`` between the parts) backtracks polynomially: a page chooses ``text``."""
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return text == pattern
+    first, *middle, last = parts
+    if len(text) < len(first) + len(last) or not text.startswith(first):
+        return False
+    if not text.endswith(last):
+        return False
+    at, end = len(first), len(text) - len(last)
+    for part in middle:
+        found = text.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
 
 
 def _norm(path: str) -> str:
@@ -67,7 +84,7 @@ def url_matches(pattern: str, url: str | None) -> bool:
         parts = urlsplit(url)
         target = f"{parts.scheme}://{parts.netloc}{parts.path or '/'}"
     if "*" in pattern:
-        return bool(_glob(pattern).match(target))
+        return glob_matches(pattern, target)
     return _norm(target) == _norm(pattern)
 
 
