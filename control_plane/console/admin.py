@@ -4,7 +4,6 @@ and its few actions, every one through the domain's service as the API calls it.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -14,7 +13,8 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
 from control_plane.console.diff import changes
-from control_plane.console.web import Who, field_errors, page, provide_signed, reading, writing
+from control_plane.console.pages import ListPage, do
+from control_plane.console.web import Who, field_errors, page, provide_signed, reading
 from control_plane.domain.audit import services as audit
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import schemas as env_s
@@ -31,55 +31,29 @@ from control_plane.domain.webhooks import services as webhooks
 from control_plane.errors import ApiError
 
 PAGE_SIZE = 50
+AGGREGATIONS = ("conversion", "count", "sum", "mean")
+KINDS = ("management", "server", "relay", "public")
 
 
 def _lines(text: str | None) -> list[str]:
     return [line.strip() for line in (text or "").splitlines() if line.strip()]
 
 
-async def _do(
-    request: Request[Any, Any, Any],
-    who: Who,
-    work: Callable[[Scope], Awaitable[Any]],
-    *,
-    version: str | None = None,
-) -> tuple[Any, ApiError | None]:
-    """Run one write through the API's unit of work: (its answer, None) or (None, the error)."""
-    try:
-        async with writing(request, who, version=version) as scope:
-            return await work(scope), None
-    except ApiError as exc:
-        return None, exc
-
-
-class SegmentPages(Controller):
+class SegmentPages(ListPage):
     path = "/console/segments"
-    dependencies = {"who": Provide(provide_signed)}
-    include_in_schema = False
+    template = "segments.html"
+    title = "Segments"
+
+    async def context(self, scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        found = await segments.list_segments(
+            scope, limit=PAGE_SIZE, cursor=request.query_params.get("cursor") or None
+        )
+        used = {seg.key: await segments.flags_using(scope, seg.key) for seg in found.items}
+        return {"segments": found.items, "used": used, "next_cursor": found.next_cursor}
 
     @get("/")
     async def segments(self, request: Request[Any, Any, Any], who: Who) -> Template:
-        return await self._list(request, who)
-
-    async def _list(
-        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
-    ) -> Template:
-        async with reading(request, who) as scope:
-            found = await segments.list_segments(
-                scope, limit=PAGE_SIZE, cursor=request.query_params.get("cursor") or None
-            )
-            used = {seg.key: await segments.flags_using(scope, seg.key) for seg in found.items}
-        return page(
-            request,
-            who,
-            "segments.html",
-            status=status,
-            title="Segments",
-            segments=found.items,
-            used=used,
-            next_cursor=found.next_cursor,
-            **extra,
-        )
+        return await self.listing(request, who)
 
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
@@ -90,17 +64,13 @@ class SegmentPages(Controller):
             included=_lines(form.get("included")),
             excluded=_lines(form.get("excluded")),
         )
-        created, error = await _do(request, who, lambda scope: segments.create_segment(scope, body))
-        if error is not None:
-            return await self._list(
-                request,
-                who,
-                error.status,
-                create_error=error.message,
-                create_errors=field_errors(error.details),
-                create_form=dict(form),
-            )
-        return Redirect(f"/console/segments/{created.key}", status_code=303)
+        return await self.write(
+            request,
+            who,
+            lambda scope: segments.create_segment(scope, body),
+            done=lambda created: f"/console/segments/{created.key}",
+            form=form,
+        )
 
     @get("/{key:str}")
     async def segment(
@@ -157,7 +127,7 @@ class SegmentPages(Controller):
             excluded=_lines(form.get("excluded")),
             rules=rules,
         )
-        _, error = await _do(
+        _, error = await do(
             request,
             who,
             lambda scope: segments.patch_segment(scope, key, body),
@@ -178,86 +148,52 @@ class SegmentPages(Controller):
         return Redirect(f"/console/segments/{key}", status_code=303)
 
 
-class MetricPages(Controller):
+class MetricPages(ListPage):
     path = "/console/metrics"
-    dependencies = {"who": Provide(provide_signed)}
-    include_in_schema = False
+    template = "metrics.html"
+    title = "Metrics"
+
+    async def context(self, scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        cursor = request.query_params.get("cursor") or None
+        found = await metrics.list_metrics(scope, limit=PAGE_SIZE, cursor=cursor, event=None)
+        return {"metrics": found.items, "next_cursor": found.next_cursor}
 
     @get("/")
     async def metrics(self, request: Request[Any, Any, Any], who: Who) -> Template:
-        return await self._list(request, who)
-
-    async def _list(
-        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
-    ) -> Template:
-        async with reading(request, who) as scope:
-            found = await metrics.list_metrics(
-                scope,
-                limit=PAGE_SIZE,
-                cursor=request.query_params.get("cursor") or None,
-                event=None,
-            )
-        return page(
-            request,
-            who,
-            "metrics.html",
-            status=status,
-            title="Metrics",
-            metrics=found.items,
-            next_cursor=found.next_cursor,
-            **extra,
-        )
+        return await self.listing(request, who)
 
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         aggregation = form.get("aggregation") or "conversion"
-        direction = form.get("direction") or "higher"
         body = metric_s.MetricCreate(
             name=(form.get("name") or "").strip(),
             event=(form.get("event") or "").strip(),
-            aggregation=aggregation
-            if aggregation in ("conversion", "count", "sum", "mean")
-            else "conversion",  # type: ignore[arg-type]
-            direction="lower" if direction == "lower" else "higher",
+            aggregation=aggregation if aggregation in AGGREGATIONS else "conversion",  # type: ignore[arg-type]
+            direction="lower" if form.get("direction") == "lower" else "higher",
             currency=(form.get("currency") or "").strip() or None,
         )
-        _, error = await _do(request, who, lambda scope: metrics.create_metric(scope, body))
-        if error is not None:
-            return await self._list(
-                request,
-                who,
-                error.status,
-                create_error=error.message,
-                create_errors=field_errors(error.details),
-                create_form=dict(form),
-            )
-        return Redirect("/console/metrics", status_code=303)
+        return await self.write(
+            request,
+            who,
+            lambda scope: metrics.create_metric(scope, body),
+            done=lambda _: "/console/metrics",
+            form=form,
+        )
 
 
-class EnvironmentPages(Controller):
+class EnvironmentPages(ListPage):
     path = "/console/environments"
-    dependencies = {"who": Provide(provide_signed)}
-    include_in_schema = False
+    template = "environments.html"
+    title = "Environments"
+
+    async def context(self, scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        found = await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)
+        return {"environments": found.items}
 
     @get("/")
     async def environments(self, request: Request[Any, Any, Any], who: Who) -> Template:
-        return await self._list(request, who)
-
-    async def _list(
-        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
-    ) -> Template:
-        async with reading(request, who) as scope:
-            found = await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)
-        return page(
-            request,
-            who,
-            "environments.html",
-            status=status,
-            title="Environments",
-            environments=found.items,
-            **extra,
-        )
+        return await self.listing(request, who)
 
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
@@ -268,19 +204,13 @@ class EnvironmentPages(Controller):
             copy_from=form.get("copyFrom") or None,
             critical=form.get("critical") == "on",
         )
-        _, error = await _do(
-            request, who, lambda scope: environments.create_environment(scope, body)
+        return await self.write(
+            request,
+            who,
+            lambda scope: environments.create_environment(scope, body),
+            done=lambda _: "/console/environments",
+            form=form,
         )
-        if error is not None:
-            return await self._list(
-                request,
-                who,
-                error.status,
-                create_error=error.message,
-                create_errors=field_errors(error.details),
-                create_form=dict(form),
-            )
-        return Redirect("/console/environments", status_code=303)
 
     @post("/{key:str}/critical")
     async def critical(
@@ -288,15 +218,13 @@ class EnvironmentPages(Controller):
     ) -> Response[Any]:
         form = await request.form()
         body = env_s.EnvironmentPatch(critical=form.get("critical") == "true")
-        _, error = await _do(
+        return await self.write(
             request,
             who,
             lambda scope: environments.patch_environment(scope, key, body),
+            done=lambda _: "/console/environments",
             version=form.get("version"),
         )
-        if error is not None:
-            return await self._list(request, who, error.status, error=error.message)
-        return Redirect("/console/environments", status_code=303)
 
     @post("/{key:str}/delete")
     async def delete(
@@ -304,112 +232,77 @@ class EnvironmentPages(Controller):
     ) -> Response[Any]:
         form = await request.form()
         if form.get("confirm") != key:
-            return await self._list(
-                request,
-                who,
-                422,
-                error=f"Type the environment's key ({key}) to delete it.",
-            )
+            message = f"Type the environment's key ({key}) to delete it."
+            return await self.listing(request, who, 422, error=message)
         revoke = form.get("revokeKeys") == "on"
-        _, error = await _do(
+        return await self.write(
             request,
             who,
             lambda scope: environments.delete_environment(scope, key, revoke_keys=revoke),
+            done=lambda _: "/console/environments",
         )
-        if error is not None:
-            return await self._list(request, who, error.status, error=error.message)
-        return Redirect("/console/environments", status_code=303)
 
 
-class KeyPages(Controller):
+class KeyPages(ListPage):
     path = "/console/keys"
-    dependencies = {"who": Provide(provide_signed)}
-    include_in_schema = False
+    template = "keys.html"
+    title = "Keys"
+
+    async def context(self, scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        found = await keys.list_keys(
+            scope,
+            limit=PAGE_SIZE,
+            cursor=request.query_params.get("cursor") or None,
+            include_revoked=request.query_params.get("revoked") == "yes",
+            kind=None,
+            environment=None,
+        )
+        envs = (await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)).items
+        return {"keys": found.items, "environments": envs, "next_cursor": found.next_cursor}
 
     @get("/")
     async def keys(self, request: Request[Any, Any, Any], who: Who) -> Template:
-        return await self._list(request, who)
-
-    async def _list(
-        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
-    ) -> Template:
-        async with reading(request, who) as scope:
-            found = await keys.list_keys(
-                scope,
-                limit=PAGE_SIZE,
-                cursor=request.query_params.get("cursor") or None,
-                include_revoked=request.query_params.get("revoked") == "yes",
-                kind=None,
-                environment=None,
-            )
-            envs = (await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)).items
-        return page(
-            request,
-            who,
-            "keys.html",
-            status=status,
-            title="Keys",
-            keys=found.items,
-            environments=envs,
-            next_cursor=found.next_cursor,
-            **extra,
-        )
+        return await self.listing(request, who)
 
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         kind = form.get("kind") or ""
         body = key_s.KeyCreate(
-            kind=kind if kind in ("management", "server", "relay", "public") else "public",  # type: ignore[arg-type]
+            kind=kind if kind in KINDS else "public",  # type: ignore[arg-type]
             name=(form.get("name") or "").strip(),
             environment=form.get("environment") or None,
             origins=_lines(form.get("origins")),
         )
-        created, error = await _do(request, who, lambda scope: keys.create_key(scope, body))
-        if error is not None:
-            return await self._list(
-                request,
-                who,
-                error.status,
-                create_error=error.message,
-                create_errors=field_errors(error.details),
-                create_form=dict(form),
-            )
-        return await self._list(request, who, 201, created=created)
+        # no redirect: the new key's secret is shown on this answer, once
+        return await self.write(
+            request, who, lambda scope: keys.create_key(scope, body), done=None, form=form
+        )
 
     @post("/{key_id:str}/revoke")
     async def revoke(
         self, request: Request[Any, Any, Any], who: Who, key_id: FromPath[str]
     ) -> Response[Any]:
-        _, error = await _do(request, who, lambda scope: keys.revoke_key(scope, key_id))
-        if error is not None:
-            return await self._list(request, who, error.status, error=error.message)
-        return Redirect("/console/keys", status_code=303)
+        return await self.write(
+            request,
+            who,
+            lambda scope: keys.revoke_key(scope, key_id),
+            done=lambda _: "/console/keys",
+        )
 
 
-class WebhookPages(Controller):
+class WebhookPages(ListPage):
     path = "/console/webhooks"
-    dependencies = {"who": Provide(provide_signed)}
-    include_in_schema = False
+    template = "webhooks.html"
+    title = "Webhooks"
+
+    async def context(self, scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        found = await webhooks.list_webhooks(scope, limit=PAGE_SIZE, cursor=None)
+        return {"webhooks": found.webhooks}
 
     @get("/")
     async def webhooks(self, request: Request[Any, Any, Any], who: Who) -> Template:
-        return await self._list(request, who)
-
-    async def _list(
-        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
-    ) -> Template:
-        async with reading(request, who) as scope:
-            found = await webhooks.list_webhooks(scope, limit=PAGE_SIZE, cursor=None)
-        return page(
-            request,
-            who,
-            "webhooks.html",
-            status=status,
-            title="Webhooks",
-            webhooks=found.webhooks,
-            **extra,
-        )
+        return await self.listing(request, who)
 
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
@@ -420,19 +313,14 @@ class WebhookPages(Controller):
             description=form.get("description") or "",
         )
         policy = request.app.state.settings.webhook_private
-        created, error = await _do(
-            request, who, lambda scope: webhooks.create_webhook(scope, body, policy)
+        # no redirect: the signing secret is shown on this answer, once
+        return await self.write(
+            request,
+            who,
+            lambda scope: webhooks.create_webhook(scope, body, policy),
+            done=None,
+            form=form,
         )
-        if error is not None:
-            return await self._list(
-                request,
-                who,
-                error.status,
-                create_error=error.message,
-                create_errors=field_errors(error.details),
-                create_form=dict(form),
-            )
-        return await self._list(request, who, 201, created=created)
 
     @get("/{webhook_id:str}")
     async def deliveries(
@@ -482,7 +370,7 @@ class WebhookPages(Controller):
         webhook_id: FromPath[str],
         delivery_id: FromPath[str],
     ) -> Response[Any]:
-        _, error = await _do(
+        _, error = await do(
             request, who, lambda scope: webhooks.redeliver(scope, webhook_id, delivery_id)
         )
         if error is not None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, get, post
-from litestar.di import Provide
+from litestar import Request, get, post
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
 from control_plane.console.charts import forest, time_series
-from control_plane.console.web import Who, field_errors, page, provide_signed, reading, writing
+from control_plane.console.pages import ListPage
+from control_plane.console.web import Who, page, reading, writing
+from control_plane.domain.common import Scope
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments import services
 from control_plane.domain.metrics import services as metrics
@@ -22,34 +23,29 @@ VARIANT_ROWS = 4
 FIELDS = ("key", "content", "href", "bg", "color", "weight")
 
 
-class ExperimentPages(Controller):
+class ExperimentPages(ListPage):
     path = "/console/experiments"
-    dependencies = {"who": Provide(provide_signed)}
-    include_in_schema = False
+    template = "experiments.html"
+    title = "Experiments"
+
+    async def context(self, scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        found = await services.list_experiments(
+            scope,
+            limit=PAGE_SIZE,
+            cursor=request.query_params.get("cursor") or None,
+            status=None,
+            type=None,
+            q=None,
+        )
+        return {
+            "experiments": found.items,
+            "next_cursor": found.next_cursor,
+            "rows": range(VARIANT_ROWS),
+        }
 
     @get("/")
     async def experiments(self, request: Request[Any, Any, Any], who: Who) -> Template:
-        return await self._list(request, who)
-
-    async def _list(
-        self, request: Request[Any, Any, Any], who: Who, status: int = 200, **extra: Any
-    ) -> Template:
-        cursor = request.query_params.get("cursor") or None
-        async with reading(request, who) as scope:
-            found = await services.list_experiments(
-                scope, limit=PAGE_SIZE, cursor=cursor, status=None, type=None, q=None
-            )
-        return page(
-            request,
-            who,
-            "experiments.html",
-            status=status,
-            title="Experiments",
-            experiments=found.items,
-            next_cursor=found.next_cursor,
-            rows=range(VARIANT_ROWS),
-            **extra,
-        )
+        return await self.listing(request, who)
 
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
@@ -86,19 +82,13 @@ class ExperimentPages(Controller):
             variants=variants or None,
             activate=form.get("activate") == "on",
         )
-        try:
-            async with writing(request, who) as scope:
-                created = await services.create_experiment(scope, body)
-        except ApiError as exc:
-            return await self._list(
-                request,
-                who,
-                exc.status,
-                create_error=exc.message,
-                create_errors=field_errors(exc.details),
-                create_form=dict(form),
-            )
-        return Redirect(f"/console/experiments/{created.key}", status_code=303)
+        return await self.write(
+            request,
+            who,
+            lambda scope: services.create_experiment(scope, body),
+            done=lambda created: f"/console/experiments/{created.key}",
+            form=form,
+        )
 
     @get("/{key:str}")
     async def experiment(
