@@ -14,7 +14,7 @@ from litestar.response import Redirect, Response, Template
 
 from control_plane.console.diff import changes
 from control_plane.console.pages import ListPage, do
-from control_plane.console.web import Who, field_errors, page, provide_signed, reading
+from control_plane.console.web import Who, error_page, field_errors, page, provide_signed, reading
 from control_plane.domain.audit import services as audit
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import schemas as env_s
@@ -85,9 +85,7 @@ class SegmentPages(ListPage):
             try:
                 found = await segments.get_segment(scope, key)
             except ApiError as exc:
-                return page(
-                    request, who, "error.html", status=exc.status, title=key, message=exc.message
-                )
+                return error_page(request, who, exc, key)
             used = await segments.flags_using(scope, key)
         rules = msgspec.json.encode(found.rules).decode()
         return page(
@@ -343,14 +341,7 @@ class WebhookPages(ListPage):
                     scope, webhook_id, status=None, limit=PAGE_SIZE, cursor=None
                 )
             except ApiError as exc:
-                return page(
-                    request,
-                    who,
-                    "error.html",
-                    status=exc.status,
-                    title="Webhook",
-                    message=exc.message,
-                )
+                return error_page(request, who, exc, "Webhook")
         return page(
             request,
             who,
@@ -399,14 +390,7 @@ class AuditPages(Controller):
                     scope, where, limit=PAGE_SIZE, cursor=query.get("cursor") or None
                 )
             except ApiError as exc:
-                return page(
-                    request,
-                    who,
-                    "error.html",
-                    status=exc.status,
-                    title="Audit",
-                    message=exc.message,
-                )
+                return error_page(request, who, exc, "Audit")
         items = [
             {
                 "entry": e,

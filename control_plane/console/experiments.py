@@ -10,7 +10,7 @@ from litestar.response import Redirect, Response, Template
 
 from control_plane.console.charts import forest, time_series
 from control_plane.console.pages import ListPage
-from control_plane.console.web import Who, page, reading, writing
+from control_plane.console.web import Who, error_page, page, reading, writing
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments import services
@@ -104,9 +104,7 @@ class ExperimentPages(ListPage):
                 found = await services.with_results(scope, key)
                 series = await services.timeseries(scope, key, None)
             except ApiError as exc:
-                return page(
-                    request, who, "error.html", status=exc.status, title=key, message=exc.message
-                )
+                return error_page(request, who, exc, key)
             defined = (
                 await metrics.list_metrics(scope, limit=MAX_LIMIT, cursor=None, event=None)
             ).items

@@ -20,6 +20,7 @@ from control_plane.console.diff import changes
 from control_plane.console.web import (
     Who,
     back_to,
+    error_page,
     field_errors,
     page,
     provide_signed,
@@ -95,14 +96,7 @@ class FlagPages(Controller):
                     scope, _flag_filter(filters), limit=PAGE_SIZE, cursor=cursor
                 )
             except ApiError as exc:
-                return page(
-                    request,
-                    who,
-                    "error.html",
-                    status=exc.status,
-                    title="Flags",
-                    message=exc.message,
-                )
+                return error_page(request, who, exc, "Flags")
         query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
         template = "flags_main.html" if request.headers.get(FRAGMENT) else "flags.html"
         return page(
@@ -169,9 +163,7 @@ class FlagPages(Controller):
             try:
                 context = await _flag_context(scope, key, request.query_params.get("env"))
             except ApiError as exc:
-                return page(
-                    request, who, "error.html", status=exc.status, title=key, message=exc.message
-                )
+                return error_page(request, who, exc, key)
         template = "flag_main.html" if request.headers.get(FRAGMENT) else "flag.html"
         return page(request, who, template, title=key, **context)
 
@@ -185,9 +177,7 @@ class FlagPages(Controller):
             try:
                 environment = await scope.environment(env)
             except ApiError as exc:
-                return page(
-                    request, who, "error.html", status=exc.status, title=key, message=exc.message
-                )
+                return error_page(request, who, exc, key)
         back = back_to(request, f"/console/flags/{key}?env={env}")
         if environment.critical and form.get("confirm") != "yes":
             return page(
@@ -354,14 +344,7 @@ class FlagPages(Controller):
             try:
                 context = await _flag_context(scope, key, env)
             except ApiError as missing:
-                return page(
-                    request,
-                    who,
-                    "error.html",
-                    status=missing.status,
-                    title=key,
-                    message=missing.message,
-                )
+                return error_page(request, who, missing, key)
         if rule_forms is not None and exc.status != 412:
             context["rule_forms"] = rule_forms
         return page(

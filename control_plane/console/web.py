@@ -156,6 +156,13 @@ def page(
     )
 
 
+def error_page(
+    request: Request[Any, Any, Any], who: SignedIn | None, exc: Any, title: str
+) -> Template:
+    """The API's error (an ``ApiError``) as a page: its status, its message."""
+    return page(request, who, "error.html", status=exc.status, title=title, message=exc.message)
+
+
 def back_to(request: Request[Any, Any, Any], fallback: str) -> str:
     """Where a form came from (same origin only), for the redirect after it is done."""
     referer = request.headers.get("referer")
