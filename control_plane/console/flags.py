@@ -8,6 +8,7 @@ field it names, and a stale version (412) as the conflict with what changed mean
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Controller, Request, get, post
@@ -28,13 +29,16 @@ from control_plane.console.web import (
     writing,
 )
 from control_plane.domain.audit import services as audit
+from control_plane.domain.coderefs import services as coderefs
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import services as environments
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services
 from control_plane.domain.paging import MAX_LIMIT
+from control_plane.domain.schedules import schemas as schedules_s
+from control_plane.domain.schedules import services as schedules
 from control_plane.domain.segments import services as segments
-from control_plane.errors import ApiError
+from control_plane.errors import ApiError, FieldError
 
 PAGE_SIZE = 50
 PREREQUISITE_ROWS = 3  # rows of the prerequisites form (one more than a flag usually has)
@@ -285,6 +289,40 @@ class FlagPages(Controller):
             return await self._failed(request, who, key, env, exc, "rules", rule_forms=typed)
         return Redirect(f"/console/flags/{key}?env={env}#rules", status_code=303)
 
+    @post("/{key:str}/environments/{env:str}/schedules")
+    async def schedule(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
+    ) -> Response[Any]:
+        form = await request.form()
+        at = _instant(form.get("at") or "")
+        try:
+            if at is None:
+                raise ApiError(
+                    422, "at: a date and time", details=[FieldError("at", "a date and time (UTC)")]
+                )
+            body = schedules_s.ScheduleIn(at=at, enabled=form.get("enabled") == "true")
+            async with writing(request, who) as scope:
+                await schedules.create(scope, key, env, body)
+        except ApiError as exc:
+            return await self._failed(request, who, key, env, exc, "schedules", dict(form))
+        return Redirect(f"/console/flags/{key}?env={env}#schedules", status_code=303)
+
+    @post("/{key:str}/environments/{env:str}/schedules/{schedule_id:str}/cancel")
+    async def cancel_schedule(
+        self,
+        request: Request[Any, Any, Any],
+        who: Who,
+        key: FromPath[str],
+        env: FromPath[str],
+        schedule_id: FromPath[str],
+    ) -> Response[Any]:
+        try:
+            async with writing(request, who) as scope:
+                await schedules.cancel(scope, key, env, schedule_id)
+        except ApiError as exc:
+            return await self._failed(request, who, key, env, exc, "schedules")
+        return Redirect(f"/console/flags/{key}?env={env}#schedules", status_code=303)
+
     @post("/{key:str}/evaluate")
     async def evaluate(
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
@@ -365,6 +403,15 @@ class FlagPages(Controller):
         )
 
 
+def _instant(text: str) -> datetime | None:
+    """A ``datetime-local`` input's value (or ISO 8601), read as UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def _typed(flag_type: str, line: str) -> Any:
     """A variation value as typed: numbers and JSON parsed for those types."""
     if flag_type in ("number", "json"):
@@ -390,6 +437,9 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
         scope, audit.AuditFilter(resource_type="flag", resource_key=key), limit=20, cursor=None
     )
     targets = {t.variation: forms.lines_of(t.values) for t in settings.targets}
+    planned = await schedules.list_schedules(scope, key, current, None, limit=50, cursor=None)
+    references = await coderefs.refs_of_flag(scope, key)
+    attached = await services.flag_metric_keys(scope, key)
     prerequisites = [{"key": p.key, "variation": p.variation} for p in settings.prerequisites]
     prerequisites += [{"key": "", "variation": ""}] * max(0, PREREQUISITE_ROWS - len(prerequisites))
     return {
@@ -405,6 +455,9 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
         "segments": segment_keys,
         "targets": targets,
         "prerequisites": prerequisites,
+        "schedules": planned.items,
+        "references": references.references,
+        "attached_metrics": attached,
         "history": _history(history.entries),
         "example_context": json.dumps({"key": "user-1"}),
     }

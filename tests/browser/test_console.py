@@ -453,3 +453,22 @@ def test_prerequisites_are_set_from_the_flag_page(site: Site, context: Any) -> N
     page.wait_for_url("**#prerequisites")
     settings = site.api("GET", "/flags/child-flag/environments/staging").json()
     assert settings["prerequisites"] == [{"key": "parent-flag", "variation": 0}]
+
+
+def test_a_toggle_is_scheduled_and_cancelled_from_the_flag_page(site: Site, context: Any) -> None:
+    if site.api("GET", "/flags/timed").status_code == 404:
+        assert site.api("POST", "/flags", {"key": "timed"}).status_code == 201
+    page = context.new_page()
+    sign_in(page, site)
+    page.goto(site.cp.url + "/console/flags/timed?env=staging")
+    page.get_by_label("At (UTC)").fill("2030-01-02T03:04")
+    page.get_by_role("button", name="Schedule").click()
+    page.wait_for_url("**#schedules")
+    listed = site.api("GET", "/flags/timed/environments/staging/schedule").json()
+    [planned] = [c for c in listed["schedules"] if c["status"] == "pending"]
+    assert planned["at"].startswith("2030-01-02T03:04")
+    assert planned["enabled"] is True
+    page.get_by_role("button", name="Cancel the change at 2030-01-02 03:04").click()
+    page.wait_for_url("**#schedules")
+    after = site.api("GET", "/flags/timed/environments/staging/schedule").json()["schedules"]
+    assert [c["status"] for c in after] == ["cancelled"]

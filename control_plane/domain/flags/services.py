@@ -779,6 +779,18 @@ async def _check_with_engine(
         raise invalid(exc.path or "body", exc.message) from exc
 
 
+async def flag_metric_keys(scope: Scope, key: str) -> list[str]:
+    """The keys of the metrics attached to flag ``key``, in key order."""
+    flag = await _flag(scope, key)
+    return sorted(
+        await scope.session.scalars(
+            select(Metric.key)
+            .join(FlagMetric, FlagMetric.metric_id == Metric.id)
+            .where(FlagMetric.flag_id == flag.id)
+        )
+    )
+
+
 async def set_flag_metrics(scope: Scope, key: str, body: s.FlagMetricsIn) -> s.FlagMetrics:
     """Attach metrics to a flag (replacing the set); relays then report its exposures."""
     from control_plane.domain.metrics.services import find as find_metric
