@@ -236,11 +236,17 @@ def _string_op(op: str, values: Sequence[Any], path: str) -> Predicate:
         parts = tuple(texts)
         return lambda value: isinstance(value, str) and any(p in value for p in parts)
     searches = tuple(_regex(text, f"{path}[{i}]").search for i, text in enumerate(texts))
-    return lambda value: (
-        isinstance(value, str)
-        and len(value) <= MAX_MATCHED_LENGTH
-        and any(search(value) for search in searches)
-    )
+
+    def search_any(value: Any) -> bool:
+        if not isinstance(value, str) or len(value) > MAX_MATCHED_LENGTH:
+            return False
+        # RE2 reads UTF-8: encoded once here, not once per pattern by the binding, and with
+        # "surrogatepass" so a lone surrogate (a surrogate-escaped file name) is one character,
+        # as for Python's re, rather than a UnicodeEncodeError
+        text = value.encode("utf-8", "surrogatepass")
+        return any(search(text) is not None for search in searches)
+
+    return search_any
 
 
 MAX_MATCHED_LENGTH = 16 * 1024
@@ -255,6 +261,7 @@ def _regex(text: str, path: str) -> Any:
 
     options = re2.Options()
     options.log_errors = False  # the reason comes back in the exception; nothing on stderr
+    options.never_capture = True  # whether it matches, never where: no submatch pass
     try:
         return re2.compile(text, options)
     except re2.error as exc:

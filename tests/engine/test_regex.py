@@ -34,3 +34,13 @@ def test_an_attribute_past_the_bound_never_matches() -> None:
     assert matches("matches", ["b"], "a" * (MAX_MATCHED_LENGTH - 1) + "b") is True
     assert matches("matches", ["b"], "a" * MAX_MATCHED_LENGTH + "b") is False
     assert matches("matches", ["b"], "a" * MAX_MATCHED_LENGTH + "b", negate=True) is True
+
+
+def test_a_string_utf8_cannot_carry_is_searched_not_an_error() -> None:
+    # a surrogate-escaped file name (os.fsdecode) holds lone surrogates, which UTF-8 cannot carry:
+    # each is one character, as for Python's re (the binding's own encoding raised, so a server
+    # client evaluating locally got an ERROR; the ``matches`` helper fails on one)
+    assert matches("matches", ["b$"], "a\udcffb") is True
+    assert matches("matches", ["^a.b$"], "a\udcffb") is True
+    assert matches("matches", ["^a$"], "\udcff") is False
+    assert matches("matches", ["^a$"], "\udcff", negate=True) is True
