@@ -33,6 +33,7 @@ from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
 from shared.engine import Evaluation
 from shared.engine.experiments import choose_variant, thresholds, url_matches
+from shared.wire import events
 from shared.wire.body import MalformedBody, decode
 from shared.wire.events import convert_problem
 from shared.wire.snapshot import ExperimentSnapshot
@@ -110,9 +111,13 @@ class ExperimentRoutes:
             return invalid([(field or "body", message)], headers)
         except MalformedBody as exc:
             return malformed(exc, headers)
-        problem = unit_problem(body.unit)
-        if problem is not None:
-            return invalid([("unit", problem)], headers)
+        # the unit and url go into the exposure spooled upstream: held to the rules every event
+        # is (a NUL, a url past 2048 characters), or the forwarded batch, other visitors'
+        # events with it, would be refused there
+        exposure = events.EventIn(unit=body.unit, event=events.EXPERIMENT_EXPOSURE, url=body.url)
+        problems = events.check_event(exposure, time.time_ns() // 1_000_000)
+        if problems:
+            return invalid(problems, headers)
         return admitted, body
 
     def _exposure(

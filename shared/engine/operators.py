@@ -250,8 +250,14 @@ def _string_op(op: str, values: Sequence[Any], path: str) -> Predicate:
 
 
 MAX_MATCHED_LENGTH = 16 * 1024
-"""The longest attribute ``matches`` looks at: longer is no match (no email, path, user agent or
-version string comes near it; RE2 is linear anyway, this bounds the constant)."""
+"""The most characters one ``matches`` clause searches for one context: a longer attribute, or
+an array whose strings add up to more, is no match (no email, path, user agent or version string
+comes near it; RE2 is linear anyway, this bounds the constant)."""
+MAX_PROGRAM_SIZE = 2000
+"""The largest pattern ``matches`` runs, in RE2 instructions: past a few thousand, RE2's DFA
+runs out of cache and a 16 KiB search takes tens of milliseconds (``.{1000}x``: 8,005
+instructions, ~30 ms); at 2,000 the worst measured was a few milliseconds. Real targeting
+patterns are tens of instructions."""
 
 
 def _regex(text: str, path: str) -> Any:
@@ -263,7 +269,7 @@ def _regex(text: str, path: str) -> Any:
     options.log_errors = False  # the reason comes back in the exception; nothing on stderr
     options.never_capture = True  # whether it matches, never where: no submatch pass
     try:
-        return re2.compile(text, options)
+        compiled = re2.compile(text, options)
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         if isinstance(reason, bytes):
@@ -275,6 +281,14 @@ def _regex(text: str, path: str) -> Any:
         ) from None
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidAt(path, f"invalid regular expression: {exc}") from None
+    if compiled.programsize > MAX_PROGRAM_SIZE:
+        raise InvalidAt(
+            path,
+            f"too large to run in a few milliseconds: {compiled.programsize} RE2 instructions, "
+            f"at most {MAX_PROGRAM_SIZE} (a counted repeat such as .{{1000}} or \\pL{{2,50}} "
+            "multiplies the pattern)",
+        )
+    return compiled
 
 
 def _number_op(op: str, values: Sequence[Any], path: str) -> Predicate:

@@ -116,6 +116,25 @@ def _attribute_matcher(attribute: str, predicate: operators.Predicate, negate: b
     return match
 
 
+def _searches_within_budget(
+    attribute: str, predicate: operators.Predicate, negate: bool
+) -> Matcher:
+    """A ``matches`` clause on a context attribute: the page chooses the attribute, so an array's
+    strings count together against ``operators.MAX_MATCHED_LENGTH`` (past it: no match), and
+    no context makes one clause search more than that many characters."""
+    budget = operators.MAX_MATCHED_LENGTH
+
+    def match(context: Context, key: str) -> bool:
+        value = context.get(attribute)
+        if isinstance(value, ARRAYS):
+            searched = sum(len(item) for item in value if isinstance(item, str))
+            if searched > budget:
+                return negate
+        return _apply(value, predicate, negate)
+
+    return match
+
+
 def compile_clause(
     clause: Any, path: str, resolve_segment: SegmentResolver
 ) -> tuple[Matcher, StringIn | None]:
@@ -147,6 +166,8 @@ def compile_clause(
         return match_segments, None
     attribute = text(clause.attribute, f"{path}.attribute")
     predicate, strings = operators.compile_predicate(op, values, f"{path}.values")
+    if op == "matches" and attribute not in ("key", "kind"):
+        return _searches_within_budget(attribute, predicate, negate), None
     if strings is not None and not negate and attribute not in ("key", "kind"):
         shape = StringIn(attribute, strings, predicate)
         return shape.matcher(), shape

@@ -500,3 +500,20 @@ def test_a_server_keys_events_through_a_relay_are_rate_limited(tmp_path: Path) -
     finally:
         relay.process.stop()
         cp.process.stop()
+
+
+def test_what_a_page_names_in_an_assignment_is_held_to_the_event_rules(site: Site) -> None:
+    """The unit and url of an assignment go into the exposure the relay spools upstream: one the
+    control plane refuses would take other visitors' events in the same batch with it."""
+    site.experiment({"name": "Held", "type": "element", "selector": "h1", "variants": TWO})
+    site.relay_current()
+    for body, field in (
+        ({"unit": "v1", "url": "/" + "p" * 3000}, "url"),
+        ({"unit": "v1", "url": "/a\x00b"}, "url"),
+        ({"unit": "v\x001", "url": "/"}, "unit"),
+    ):
+        answer = site.page("/sdk/v1/experiments", body)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["details"][0]["field"] == field
+    fine = site.page("/sdk/v1/experiments", {"unit": "v1", "url": "/" + "p" * 2000})
+    assert fine.status_code == 200, fine.text

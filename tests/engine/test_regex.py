@@ -44,3 +44,22 @@ def test_a_string_utf8_cannot_carry_is_searched_not_an_error() -> None:
     assert matches("matches", ["^a.b$"], "a\udcffb") is True
     assert matches("matches", ["^a$"], "\udcff") is False
     assert matches("matches", ["^a$"], "\udcff", negate=True) is True
+
+
+@pytest.mark.parametrize("pattern", [".{1000}x", "(.{0,200}){5}x", "\\pL{2,50}x"])
+def test_patterns_too_large_to_run_in_a_few_milliseconds_are_refused(pattern: str) -> None:
+    """Found from outside: RE2 accepts these, and a 16 KiB attribute took 20 to 60 ms each."""
+    with pytest.raises(CompileError) as info:
+        compile_snapshot(snapshot(flag("f", rules=[rule(clause("email", "matches", pattern))])))
+    assert info.value.path == "flags.f.rules[0].clauses[0].values[0]"
+    assert "RE2 instructions" in info.value.message
+
+
+def test_an_arrays_strings_count_together_against_the_bound() -> None:
+    """An array attribute is searched element by element: without a shared budget, a 1 MiB body
+    of 16 KiB strings would make one clause search all of it."""
+    element = "a" * (MAX_MATCHED_LENGTH // 4)
+    assert matches("matches", ["b"], [element, element, element, "b"]) is True
+    assert matches("matches", ["b"], [element] * 4 + ["b"]) is False
+    assert matches("matches", ["b"], [element] * 4 + ["b"], negate=True) is True
+    assert matches("matches", ["^a+$"], [element] * 100) is False
