@@ -56,6 +56,12 @@ async def console_home() -> Redirect:
     return Redirect("/console/flags", status_code=302)
 
 
+def _over_https(request: Request[Any, Any, Any]) -> bool:
+    """Whether the browser speaks https to us (directly, or to a proxy that says so)."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",", 1)[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
 def _next(target: str | None) -> str:
     """Where to go after signing in: a console path of this site, never another site."""
     if not target:
@@ -93,7 +99,7 @@ def _sign_in_form(
         path="/console",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_over_https(request),
     )
     return response
 
@@ -121,7 +127,7 @@ async def sign_in_submit(request: Request[Any, Any, Any]) -> Response[Any]:
         path="/console",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_over_https(request),
     )
     response.delete_cookie(LOGIN_COOKIE, path="/console")
     return response

@@ -74,8 +74,8 @@ async def check_same_site(request: Request[Any, Any, Any], who: SignedIn) -> Non
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
         raise CrossSiteRefused
     origin = request.headers.get("origin")
-    if origin is not None and origin != _origin_of(request):
-        raise CrossSiteRefused
+    if origin is not None and urlsplit(origin).netloc != _host_of(request):
+        raise CrossSiteRefused  # (the host only: behind a TLS proxy the scheme differs)
     token = request.headers.get(CSRF_HEADER)
     if token is None:
         form = await request.form()
@@ -84,9 +84,9 @@ async def check_same_site(request: Request[Any, Any, Any], who: SignedIn) -> Non
         raise CrossSiteRefused
 
 
-def _origin_of(request: Request[Any, Any, Any]) -> str:
-    base = urlsplit(str(request.base_url))
-    return f"{base.scheme}://{base.netloc}"
+def _host_of(request: Request[Any, Any, Any]) -> str:
+    """The host (and port) the browser addressed: its ``Host`` header, as a proxy forwards it."""
+    return request.headers.get("host") or urlsplit(str(request.base_url)).netloc
 
 
 def sign_in_redirect(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -168,9 +168,7 @@ def back_to(request: Request[Any, Any, Any], fallback: str) -> str:
     referer = request.headers.get("referer")
     if referer:
         parts = urlsplit(referer)
-        if f"{parts.scheme}://{parts.netloc}" == _origin_of(request) and parts.path.startswith(
-            "/console"
-        ):
+        if parts.netloc == _host_of(request) and parts.path.startswith("/console"):
             return parts.path + (f"?{parts.query}" if parts.query else "")
     return fallback
 

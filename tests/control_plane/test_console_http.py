@@ -1,0 +1,60 @@
+"""The console over plain HTTP (no browser): its cookie, and its same-origin check behind a
+TLS-terminating proxy (the browser's Origin says https, the control plane hears http)."""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import Api
+
+
+def signed_in(api: Api, **headers: str) -> tuple[str, str]:
+    """(the Set-Cookie of the session, the page's CSRF token)."""
+    form = api.client.get("/console/sign-in", headers=headers).text
+    token = re.search(r'name="_login" value="([^"]+)"', form)
+    assert token is not None
+    answer = api.client.post(
+        "/console/sign-in",
+        data={"key": api.key, "_login": token.group(1), "next": "/console/flags"},
+        headers=headers,
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303, answer.text
+    cookie = answer.headers["set-cookie"]
+    page = api.client.get("/console/flags").text
+    csrf = re.search(r'name="_csrf" value="([^"]+)"', page)
+    assert csrf is not None
+    return cookie, csrf.group(1)
+
+
+def test_the_session_cookie_is_httponly_strict_and_secure_behind_https(api: Api) -> None:
+    cookie, _ = signed_in(api)
+    assert "HttpOnly" in cookie
+    assert "samesite=strict" in cookie.lower()
+    assert "Path=/console" in cookie
+    assert "Secure" not in cookie  # plain http here: a Secure cookie would never come back
+    behind_tls = api.client.get("/console/sign-in", headers={"X-Forwarded-Proto": "https"})
+    assert "Secure" in behind_tls.headers["set-cookie"]
+
+
+def test_a_write_through_a_tls_proxy_is_same_site_and_another_site_is_not(api: Api) -> None:
+    assert api.post("/flags", {"key": "proxied"}).status_code == 201
+    _, csrf = signed_in(api)
+    path = "/console/flags/proxied/environments/staging/toggle"
+    body = {"_csrf": csrf, "enabled": "true"}
+    host = (
+        api.client.base_url.netloc.decode()
+        if isinstance(api.client.base_url.netloc, bytes)
+        else api.client.base_url.netloc
+    )
+    ours = api.client.post(
+        path, data=body, headers={"Origin": f"https://{host}"}, follow_redirects=False
+    )
+    assert ours.status_code == 303, ours.text
+    theirs = api.client.post(
+        path, data=body, headers={"Origin": "https://evil.example"}, follow_redirects=False
+    )
+    assert theirs.status_code == 403
+    assert "script-src 'self'" in theirs.headers["content-security-policy"]
+    state = api.get("/flags/proxied").json()["environments"]["staging"]
+    assert state["enabled"] is True  # the first toggle only
