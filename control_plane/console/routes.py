@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -164,16 +163,11 @@ async def _changes(hub: Hub, connection: Connection) -> AsyncIterator[ServerSent
     hub.attach(connection)
     try:
         yield ServerSentEventMessage(event="open", data="{}")
-        while True:
-            try:
-                await asyncio.wait_for(connection.wake.wait(), KEEPALIVE_S)
-            except TimeoutError:
+        async for marked in connection.changes(KEEPALIVE_S):
+            if marked is None:
                 yield ServerSentEventMessage(comment="keep-alive")
-                continue
-            connection.wake.clear()
-            changed = sorted(connection.pending)
-            connection.pending.clear()
-            yield ServerSentEventMessage(event="change", data=",".join(changed))
+            else:
+                yield ServerSentEventMessage(event="change", data=",".join(sorted(marked)))
     finally:
         hub.detach(connection)
 

@@ -30,7 +30,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +145,20 @@ class Connection:
     def mark(self, environment_id: str) -> None:
         self.pending.add(environment_id)
         self.wake.set()
+
+    async def changes(self, keepalive_s: float) -> AsyncIterator[frozenset[str] | None]:
+        """For a stream that only follows changes (a provider's feed, the console): the
+        environment ids marked since the last wake, or None after ``keepalive_s`` without one."""
+        while True:
+            try:
+                await asyncio.wait_for(self.wake.wait(), keepalive_s)
+            except TimeoutError:
+                yield None
+                continue
+            self.wake.clear()
+            marked = frozenset(self.pending)
+            self.pending.clear()
+            yield marked
 
     def drop(self, environment_id: str, environment_key: str | None) -> None:
         """``environment_id`` (``environment_key``) was deleted: stop reading it."""

@@ -9,7 +9,6 @@ this stream last sent (or a full snapshot when it cannot be).
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
@@ -65,14 +64,10 @@ async def _events(hub: Hub, feed: Feed, resume: int | None) -> AsyncIterator[Any
         else:
             yield _snapshot(feed)
         sent = feed
-        while True:
-            try:
-                await asyncio.wait_for(connection.wake.wait(), KEEPALIVE_S)
-            except TimeoutError:
+        async for marked in connection.changes(KEEPALIVE_S):
+            if marked is None:
                 yield ServerSentEventMessage(comment="keep-alive")
                 continue
-            connection.wake.clear()
-            connection.pending.clear()
             latest = await hub.feed(sent.environment_id)
             if latest is None:
                 return  # the environment is gone
