@@ -69,7 +69,7 @@ def _adjust(
     if var_x <= 0:
         return CupedInfo(False, reason="the CUPED covariate has no variance"), {}
     theta = sample_cov(pooled.n, pooled.sum_y, pooled.sum_x, pooled.sum_xy) / var_x
-    mean_x = pooled.sum_x / pooled.n
+    mean_x = pooled.mean_x
     adjusted: dict[K, tuple[float, float]] = {}
     raw_ss = adj_ss = 0.0
     for key, m in usable.items():
@@ -77,7 +77,7 @@ def _adjust(
         vx = sample_var(m.n, m.sum_x, m.sum_x2)
         cxy = sample_cov(m.n, m.sum_y, m.sum_x, m.sum_xy)
         v_adj = max(vy - 2.0 * theta * cxy + theta * theta * vx, 0.0)
-        adjusted[key] = (m.sum_y / m.n - theta * (m.sum_x / m.n - mean_x), v_adj)
+        adjusted[key] = (m.mean_y - theta * (m.mean_x - mean_x), v_adj)
         raw_ss += (m.n - 1) * vy
         adj_ss += (m.n - 1) * v_adj
     reduction = 1.0 - adj_ss / raw_ss if raw_ss > 0 else None

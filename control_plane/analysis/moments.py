@@ -2,6 +2,11 @@
 
 SQL reduces each arm to a handful of sums (:class:`Moments`); everything here is arithmetic on
 those sums. Sample variances and covariances use the ``n - 1`` denominator.
+
+The sums are taken about a shift, a value from the data (one unit's), not about zero: the
+variance Σ(y-k)²/(n-1) - (Σ(y-k))²/(n(n-1)) then loses nothing to cancellation however large the
+values are, where Σy² - (Σy)²/n of values near 2^53 would cancel to noise of order 10^16.
+Variances and covariances do not depend on the shift; means add it back.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ class Moments:
     ``y`` is the per-unit metric value (0/1 for conversion, event count, sum of ``value``; the
     numerator for a ratio metric), ``z`` the ratio metric's per-unit denominator (number of
     events) and ``x`` the CUPED covariate (the same metric in the 14 days before exposure).
+    Every sum is of the values less their shift: ``sum_y`` is Σ(y - shift_y), ``sum_yz`` is
+    Σ(y - shift_y)(z - shift_z), and so on.
     """
 
     n: int
@@ -33,6 +40,85 @@ class Moments:
     sum_x: float = 0.0
     sum_x2: float = 0.0
     sum_xy: float = 0.0
+    shift_y: float = 0.0
+    shift_z: float = 0.0
+    shift_x: float = 0.0
+
+    @classmethod
+    def zeros(
+        cls, n: int, shift_y: float = 0.0, shift_z: float = 0.0, shift_x: float = 0.0
+    ) -> Moments:
+        """``n`` units whose y, z and x are all 0 (exposed units without events)."""
+        return cls(
+            n,
+            -n * shift_y,
+            n * shift_y * shift_y,
+            -n * shift_z,
+            n * shift_z * shift_z,
+            n * shift_y * shift_z,
+            -n * shift_x,
+            n * shift_x * shift_x,
+            n * shift_x * shift_y,
+            shift_y,
+            shift_z,
+            shift_x,
+        )
+
+    @property
+    def mean_y(self) -> float:
+        return self.shift_y + self.sum_y / self.n
+
+    @property
+    def mean_z(self) -> float:
+        return self.shift_z + self.sum_z / self.n
+
+    @property
+    def mean_x(self) -> float:
+        return self.shift_x + self.sum_x / self.n
+
+    @property
+    def total_y(self) -> float:
+        """Σy itself (the ratio metric's numerator)."""
+        return self.sum_y + self.n * self.shift_y
+
+    @property
+    def total_z(self) -> float:
+        """Σz itself (the ratio metric's denominator)."""
+        return self.sum_z + self.n * self.shift_z
+
+    def shifted(self, shift_y: float, shift_z: float, shift_x: float) -> Moments:
+        """The same statistics about other shifts. Exact algebra on the sums, so it holds for
+        increments too (sums with ``n == 0`` that change units already counted)."""
+        dy, dz, dx = self.shift_y - shift_y, self.shift_z - shift_z, self.shift_x - shift_x
+        if dy == dz == dx == 0:
+            return self
+        n = self.n
+        return Moments(
+            n,
+            self.sum_y + n * dy,
+            self.sum_y2 + 2.0 * dy * self.sum_y + n * dy * dy,
+            self.sum_z + n * dz,
+            self.sum_z2 + 2.0 * dz * self.sum_z + n * dz * dz,
+            self.sum_yz + dz * self.sum_y + dy * self.sum_z + n * dy * dz,
+            self.sum_x + n * dx,
+            self.sum_x2 + 2.0 * dx * self.sum_x + n * dx * dx,
+            self.sum_xy + dy * self.sum_x + dx * self.sum_y + n * dx * dy,
+            shift_y,
+            shift_z,
+            shift_x,
+        )
+
+    def _sums(self) -> tuple[float, ...]:
+        return (
+            self.sum_y,
+            self.sum_y2,
+            self.sum_z,
+            self.sum_z2,
+            self.sum_yz,
+            self.sum_x,
+            self.sum_x2,
+            self.sum_xy,
+        )
 
     def _values(self) -> tuple[float, ...]:
         return (
@@ -45,11 +131,31 @@ class Moments:
             self.sum_x,
             self.sum_x2,
             self.sum_xy,
+            self.shift_y,
+            self.shift_z,
+            self.shift_x,
         )
 
     def __add__(self, other: Moments) -> Moments:
-        n, *sums = (a + b for a, b in zip(self._values(), other._values(), strict=True))
-        return Moments(int(n), *sums)
+        """The union's moments, about this one's shifts (or the other's when this one is empty)."""
+        base = other if self.n == 0 and not any(self._sums()) else self
+        a = self.shifted(base.shift_y, base.shift_z, base.shift_x)
+        b = other.shifted(base.shift_y, base.shift_z, base.shift_x)
+        sy, sy2, sz, sz2, syz, sx, sx2, sxy = (
+            p + q for p, q in zip(a._sums(), b._sums(), strict=True)
+        )
+        return Moments(
+            a.n + b.n,
+            sy,
+            sy2,
+            sz,
+            sz2,
+            syz,
+            sx,
+            sx2,
+            sxy,
+            *(base.shift_y, base.shift_z, base.shift_x),
+        )
 
     def is_finite(self) -> bool:
         return all(math.isfinite(v) for v in self._values())
@@ -68,22 +174,34 @@ def moments_from_values(
     z: npt.ArrayLike | None = None,
     x: npt.ArrayLike | None = None,
 ) -> Moments:
-    """Reduce raw per-unit arrays to :class:`Moments` (what the SQL does; used by tests)."""
+    """Reduce raw per-unit arrays to :class:`Moments` about their first values, as the SQL does
+    (used by tests)."""
     ya = np.asarray(y, dtype=np.float64).ravel()
     za = None if z is None else np.asarray(z, dtype=np.float64).ravel()
     xa = None if x is None else np.asarray(x, dtype=np.float64).ravel()
     for name, arr in (("z", za), ("x", xa)):
         if arr is not None and arr.shape != ya.shape:
             raise ValueError(f"{name} must have the same length as y")
+
+    def first(arr: npt.NDArray[np.float64] | None) -> float:
+        return float(arr[0]) if arr is not None and arr.size else 0.0
+
+    ky, kz, kx = first(ya), first(za), first(xa)
+    yc = ya - ky
     out: dict[str, Any] = {
         "n": int(ya.size),
-        "sum_y": float(ya.sum()),
-        "sum_y2": float(ya @ ya),
+        "sum_y": float(yc.sum()),
+        "sum_y2": float(yc @ yc),
+        "shift_y": ky,
     }
     if za is not None:
-        out |= {"sum_z": float(za.sum()), "sum_z2": float(za @ za), "sum_yz": float(ya @ za)}
+        zc = za - kz
+        out |= {"sum_z": float(zc.sum()), "sum_z2": float(zc @ zc), "sum_yz": float(yc @ zc)}
+        out["shift_z"] = kz
     if xa is not None:
-        out |= {"sum_x": float(xa.sum()), "sum_x2": float(xa @ xa), "sum_xy": float(ya @ xa)}
+        xc = xa - kx
+        out |= {"sum_x": float(xc.sum()), "sum_x2": float(xc @ xc), "sum_xy": float(yc @ xc)}
+        out["shift_x"] = kx
     return Moments(**out)
 
 
@@ -135,7 +253,7 @@ def summarise(m: Moments, *, ratio: bool) -> ArmSummary:
 
 
 def _mean_summary(m: Moments) -> ArmSummary:
-    mean = m.sum_y / m.n
+    mean = m.mean_y
     if m.n < 2:
         return ArmSummary(m.n, mean, None, None, reason="fewer than 2 exposed units")
     variance = sample_var(m.n, m.sum_y, m.sum_y2)
@@ -143,12 +261,13 @@ def _mean_summary(m: Moments) -> ArmSummary:
 
 
 def _ratio_summary(m: Moments) -> ArmSummary:
-    if m.sum_z == 0:
+    total_z = m.total_z
+    if total_z == 0:
         return ArmSummary(m.n, None, None, None, reason="ratio denominator is zero")
-    r = m.sum_y / m.sum_z
+    r = m.total_y / total_z
     if m.n < 2:
         return ArmSummary(m.n, r, None, None, reason="fewer than 2 exposed units")
-    mean_z = m.sum_z / m.n
+    mean_z = total_z / m.n
     var_y = sample_var(m.n, m.sum_y, m.sum_y2)
     var_z = sample_var(m.n, m.sum_z, m.sum_z2)
     cov_yz = sample_cov(m.n, m.sum_y, m.sum_z, m.sum_yz)

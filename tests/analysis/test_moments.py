@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 
 import numpy as np
 import pytest
@@ -15,8 +16,62 @@ def test_moments_from_values_are_the_sums() -> None:
     z = np.array([1.0, 1.0, 2.0])
     x = np.array([0.0, 4.0, 1.0])
     m = moments_from_values(y, z=z, x=x)
+    # about the first unit's values (1, 1, 0), as the SQL takes them
     assert m == Moments(
+        n=3,
+        sum_y=3,
+        sum_y2=5,
+        sum_z=1,
+        sum_z2=1,
+        sum_yz=2,
+        sum_x=5,
+        sum_x2=17,
+        sum_xy=6,
+        shift_y=1,
+        shift_z=1,
+    )
+    assert m.shifted(0.0, 0.0, 0.0) == Moments(
         n=3, sum_y=6, sum_y2=14, sum_z=4, sum_z2=6, sum_yz=9, sum_x=5, sum_x2=17, sum_xy=11
+    )
+
+
+def test_values_near_two_to_the_53_keep_their_variance() -> None:
+    """Σy² - (Σy)²/n of values near 2^53 cancels to noise of order 10^16; about a shift the
+    spread is exact, and exposed units without events (zeros) join without losing it."""
+    top = float(2**53 - 1)
+    y = top - np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    s = summarise(moments_from_values(y), ratio=False)
+    assert s.variance == 3.5
+    flat = summarise(moments_from_values(np.full(50, top)), ratio=False)
+    assert flat.variance == 0.0
+    assert flat.mean == top
+    mixed = moments_from_values(y) + Moments.zeros(6, shift_y=top)
+    both = np.r_[y, np.zeros(6)]
+    assert summarise(mixed, ratio=False).variance == pytest.approx(both.var(ddof=1), rel=1e-12)
+    ratio = summarise(moments_from_values(y, z=np.ones(6)), ratio=True)
+    assert ratio.mean == pytest.approx(y.mean(), rel=1e-15)
+    assert ratio.variance == pytest.approx(3.5, rel=1e-12)
+
+
+def test_shifted_holds_for_increments() -> None:
+    """Moving the shift is exact algebra, for whole units and for increments (n = 0)."""
+    rng = np.random.default_rng(3)
+    y, z, x = rng.normal(size=(3, 20))
+    m = moments_from_values(y, z=z, x=x)
+    again = m.shifted(5.0, -2.0, 7.0).shifted(m.shift_y, m.shift_z, m.shift_x)
+    for a, b in zip(astuple(again), astuple(m), strict=True):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-9)
+    k = float(y[0])
+
+    def about_k(values: np.ndarray) -> Moments:
+        d = values - k
+        return Moments(values.size, float(d.sum()), float(d @ d), shift_y=k)
+
+    before, after = about_k(y[:10]), about_k(y[:10] + 1.0)
+    step = Moments(0, after.sum_y - before.sum_y, after.sum_y2 - before.sum_y2, shift_y=k)
+    moved = before.shifted(2.0, 0.0, 0.0) + step.shifted(2.0, 0.0, 0.0)
+    assert astuple(moved.shifted(0.0, 0.0, 0.0)) == pytest.approx(
+        astuple(after.shifted(0.0, 0.0, 0.0)), rel=1e-12
     )
 
 

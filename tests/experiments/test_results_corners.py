@@ -308,3 +308,51 @@ def test_welch_p_value_still_matches_scipy_for_a_sum_metric(api: Api) -> None:
     welch = stats.ttest_ind(t, c, equal_var=False)
     assert by_key["treatment"]["pValue"] == pytest.approx(welch.pvalue, rel=1e-6)
     assert by_key["treatment"]["df"] == pytest.approx(welch.df, rel=1e-6)
+
+
+def test_values_near_two_to_the_53_keep_their_standard_errors(api: Api) -> None:
+    """Found from outside (#26): every unit's value at 2^53 - 1 gave a standard error of 1.6e8
+    where it is 0 (Σy² - (Σy)²/n cancels in doubles). The moments are taken about a value from
+    the data, so the spread is what it is whatever the values' size, in the results, with CUPED,
+    for a ratio metric and in the time series."""
+    metric(api, {"name": "Revenue", "event": "purchase", "aggregation": "sum"})
+    metric(api, {"name": "Order value", "event": "purchase", "aggregation": "mean"})
+    top = 2**53 - 1
+    rng = np.random.default_rng(26)
+    noisy = {
+        arm: [[top - int(r)] for r in rng.integers(0, 10, 40)] for arm in ("control", "treatment")
+    }
+    flat = {arm: [[top] for _ in range(40)] for arm in ("control", "treatment")}
+    for cuped in (False, True):
+        for arms in (flat, noisy):
+            exp = create_experiment(
+                api, {**MANUAL, "name": f"Big {cuped} {len(arms)}", "cuped": cuped}
+            )
+            api.put(
+                f"/experiments/{exp['key']}/metrics",
+                {"primary": "revenue", "guardrails": ["order-value"]},
+            )
+            seed(api, exp["key"], arms, event="purchase")
+            response = api.get(f"/experiments/{exp['key']}")
+            assert response.status_code == 200, response.text
+            results = response.json()["results"]
+            for block in (results, *results["guardrails"]):
+                for v in block["variants"]:
+                    below = np.array([top - values[0] for values in arms[v["key"]]], dtype=float)
+                    expected = below.std(ddof=1) / np.sqrt(below.size)
+                    assert v["stdError"] == pytest.approx(expected, abs=1e-9), (
+                        cuped,
+                        block.get("metric"),
+                        v,
+                    )
+            days = api.get(f"/experiments/{exp['key']}/timeseries?metric=revenue").json()["days"]
+            treatment = next(v for v in days[-1]["variants"] if v["key"] == "treatment")
+            in_results = next(v for v in results["variants"] if v["key"] == "treatment")
+            if not cuped:
+                for name in ("rate", "ciLow", "ciHigh", "pValue"):
+                    if in_results[name] is None:
+                        assert treatment[name] is None, (name, treatment)
+                    else:
+                        assert treatment[name] == pytest.approx(in_results[name], rel=1e-6), repr(
+                            (name, treatment, in_results)
+                        )

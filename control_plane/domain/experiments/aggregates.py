@@ -13,9 +13,13 @@ query reduces units to ``Σc, Σy, Σy², Σz, Σz², Σyz, Σx, Σx², Σxy`` p
 of large sums cannot overflow); ``c`` marks units with at least one matching event. Python
 receives rows per arm only.
 
-Every statistic is a sum over units and a unit without matching events adds zero to each, so the
-sums come from an inner join of exposures and events, and the unit counts from the exposures
-alone. Analysis reads committed data.
+The sums are taken about a shift, one unit's values (``Σ(y - k_y)²`` and so on; see
+:mod:`control_plane.analysis.moments`), which a ``LIMIT 1`` of the per-unit query finds first:
+values near 2^53 then keep their spread instead of cancelling to noise.
+
+A unit without matching events has y = z = x = 0, so the sums come from an inner join of
+exposures and events, with the joined units counted (``m``), and the other units are added as
+``n - m`` zeros; the unit counts come from the exposures alone. Analysis reads committed data.
 
 On PostgreSQL the costly step — one row per joined event, grouped per unit — is shaped for
 streaming: one query per event name, a merge join of two index-only scans in unit order (the
@@ -72,6 +76,15 @@ class ArmAggregate:
 
 
 @dataclass(frozen=True, slots=True)
+class Shift:
+    """The values a metric's sums are taken about (one unit's y, z and x)."""
+
+    y: float = 0.0
+    z: float = 0.0
+    x: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class MetricSpec:
     key: str
     event: str
@@ -80,6 +93,7 @@ class MetricSpec:
     # sum and mean: cap at this percentile of the pooled units, resolved by ``arm_moments``
     percentile: float | None = None
     currency: str | None = None  # sum and mean: only events in this currency count
+    shift: Shift | None = None  # resolved by ``with_shifts`` (``arm_moments`` calls it)
 
 
 def capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
@@ -90,7 +104,7 @@ def capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
     return case((value > bound, bound), else_=value)
 
 
-_SUMS = ("sc", "sy", "syy", "sz", "szz", "syz", "sx", "sxx", "sxy")
+_SUMS = ("sm", "sc", "sy", "syy", "sz", "szz", "syz", "sx", "sxx", "sxy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +112,7 @@ class _Shape:
     key: str
     has_z: bool
     has_x: bool
+    shift: Shift = Shift()
 
 
 _ALWAYS = true()  # passed by identity: "no condition"
@@ -157,7 +172,7 @@ def _unit_rows(
         if cuped:
             x, _, _ = _per_unit(metric, before, len(names) == 1, dialect)
             columns.append(capped(x, metric.cap).label(f"x{index}"))
-        shapes.append(_Shape(metric.key, z is not None, cuped))
+        shapes.append(_Shape(metric.key, z is not None, cuped, metric.shift or Shift()))
     joined = and_(
         Event.project_id == Exposure.project_id,
         Event.unit == Exposure.unit,
@@ -191,7 +206,8 @@ def _sums_and_largest(
     unit_rows: Select[Any], shapes: Sequence[_Shape], largest: Mapping[int, int]
 ) -> CompoundSelect[Any]:
     """The per-arm sums (``part`` 'sums') and, for each metric index in ``largest``, that many
-    units with the largest values (``part`` 'top': ``sc`` holds the index, then y and z), in one
+    units with the largest values (``part`` 'top': the first three sum columns, ``sm``,
+    ``sc`` and ``sy``, hold the index, then y and z), in one
     statement over one materialised pass of the per-unit rows."""
     per_unit = unit_rows.cte("per_unit").prefix_with("MATERIALIZED")
     sums = _sum_columns(per_unit, shapes)
@@ -209,24 +225,29 @@ def _sums_and_largest(
     return union_all(*parts)
 
 
+def _about(value: ColumnElement[Any], shift: float) -> ColumnElement[Any]:
+    return value - literal(shift, Float) if shift else value
+
+
 def _sum_columns(per_unit: Any, shapes: Sequence[_Shape]) -> list[ColumnElement[Any]]:
     sums: list[ColumnElement[Any]] = []
     for index, shape in enumerate(shapes):
-        y = per_unit.c[f"y{index}"]
+        y = _about(per_unit.c[f"y{index}"], shape.shift.y)
         sums += [
+            cast(func.count(), Float).label(f"sm{index}"),
             func.sum(per_unit.c[f"c{index}"]).label(f"sc{index}"),
             func.sum(y).label(f"sy{index}"),
             func.sum(y * y).label(f"syy{index}"),
         ]
         if shape.has_z:
-            z = per_unit.c[f"z{index}"]
+            z = _about(per_unit.c[f"z{index}"], shape.shift.z)
             sums += [
                 func.sum(z).label(f"sz{index}"),
                 func.sum(z * z).label(f"szz{index}"),
                 func.sum(y * z).label(f"syz{index}"),
             ]
         if shape.has_x:
-            x = per_unit.c[f"x{index}"]
+            x = _about(per_unit.c[f"x{index}"], shape.shift.x)
             sums += [
                 func.sum(x).label(f"sx{index}"),
                 func.sum(x * x).label(f"sxx{index}"),
@@ -353,6 +374,7 @@ async def arm_moments(
     postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
     if any(m.percentile is not None for m in metrics) and (cuped or not postgres):
         return await _resolve_caps_first(session, project_id, kind, subject, metrics, cuped, caps)
+    metrics = await with_shifts(session, project_id, kind, subject, metrics, cuped=cuped)
     for m in metrics:
         if m.percentile is None and m.cap is not None:
             caps.setdefault(m.key, m.cap)
@@ -379,8 +401,34 @@ async def arm_moments(
         unit_rows, shapes = _unit_rows(project_id, kind, subject, metrics, cuped, "sqlite")
         result = await session.execute(_arm_sums(unit_rows, shapes))
         sums = {row["arm"]: dict(row) for row in result.mappings()}
-    shapes = [_Shape(m.key, m.aggregation == "mean", cuped) for m in metrics]
+    shapes = [_Shape(m.key, m.aggregation == "mean", cuped, m.shift or Shift()) for m in metrics]
     return _aggregates(counts, sums, shapes)
+
+
+async def with_shifts(
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    metrics: Sequence[MetricSpec],
+    *,
+    cuped: bool,
+) -> list[MetricSpec]:
+    """Each metric with the values its sums are taken about: the first joined unit's y, z and
+    x (a ``LIMIT 1`` of the per-unit query, which streams in unit order and stops at once).
+    Conversions (0/1) need none; no unit with events, or a value that is not finite, leaves 0."""
+    bind = session.bind
+    dialect = bind.dialect.name if bind is not None else "sqlite"
+    resolved = []
+    for metric in metrics:
+        if metric.shift is None and metric.aggregation != "conversion":
+            rows, _ = _unit_rows(project_id, kind, subject, [metric], cuped, dialect)
+            first = (await session.execute(rows.limit(1))).mappings().first()
+            values = [float(first.get(name) or 0.0) for name in ("y0", "z0", "x0")] if first else []
+            shift = Shift(*values) if all(map(math.isfinite, values)) else Shift()
+            metric = replace(metric, shift=shift)
+        resolved.append(replace(metric, shift=metric.shift or Shift()))
+    return resolved
 
 
 async def _postgres_sums(
@@ -430,7 +478,11 @@ async def _postgres_sums(
     for index, metric in enumerate(metrics):
         if metric.key in deferred:
             caps[metric.key] = _cap_from_largest(
-                top_values.get(index, []), largest.get(metric.key), sums, index
+                top_values.get(index, []),
+                largest.get(metric.key),
+                sums,
+                index,
+                metric.shift or Shift(),
             )
     return {row["arm"]: int(row["n"]) for row in counted}, sums
 
@@ -446,9 +498,10 @@ def _merge_parts(
     for group, rows in zip(groups, parts, strict=True):
         for row in rows:
             if row.get("part") == "top":
-                metric = group[int(row["sc0"])]
+                # the first three sum columns carry the metric's index, y and z
+                metric = group[int(row["sm0"])]
                 top_values.setdefault(position[id(metric)], []).append(
-                    (row["arm"], float(row["sy0"]), float(row["syy0"] or 0.0))
+                    (row["arm"], float(row["sc0"]), float(row["sy0"] or 0.0))
                 )
                 continue
             into = sums.setdefault(row["arm"], {})
@@ -472,10 +525,12 @@ def _aggregates(
             def get(name: str, row: Mapping[str, Any] = row, index: int = index) -> float:
                 return float(row.get(f"{name}{index}") or 0.0)
 
+            joined = int(get("sm"))
+            shift = shape.shift
             aggregates[shape.key][arm] = ArmAggregate(
                 converted=int(get("sc")),
                 moments=Moments(
-                    n=exposed,
+                    n=joined,
                     sum_y=get("sy"),
                     sum_y2=get("syy"),
                     sum_z=get("sz") if shape.has_z else 0.0,
@@ -484,6 +539,15 @@ def _aggregates(
                     sum_x=get("sx") if shape.has_x else 0.0,
                     sum_x2=get("sxx") if shape.has_x else 0.0,
                     sum_xy=get("sxy") if shape.has_x else 0.0,
+                    shift_y=shift.y,
+                    shift_z=shift.z if shape.has_z else 0.0,
+                    shift_x=shift.x if shape.has_x else 0.0,
+                )
+                + Moments.zeros(
+                    exposed - joined,
+                    shift.y,
+                    shift.z if shape.has_z else 0.0,
+                    shift.x if shape.has_x else 0.0,
                 ),
             )
     return aggregates
@@ -525,9 +589,11 @@ def _cap_from_largest(
     count: int | None,
     sums: dict[str, dict[str, Any]],
     index: int,
+    shift: Shift,
 ) -> float | None:
     """The cap from the ranges' ``count`` largest (arm, y, z) of metric ``index``, and the
-    uncapped ``sums`` corrected in place for the units above it."""
+    uncapped ``sums`` (about ``shift``) corrected in place for the units above it:
+    (y-k)² - (c-k)² = (y-c)(y+c-2k) and (y-k)(z-k_z) - (c-k)(z-k_z) = (y-c)(z-k_z)."""
     if count is None or len(top) < count:
         return None
     top.sort(key=lambda item: item[1], reverse=True)
@@ -540,9 +606,9 @@ def _cap_from_largest(
         into = sums.setdefault(arm, {})
         over = y - cap
         into[f"sy{index}"] = float(into.get(f"sy{index}", 0)) - over
-        into[f"syy{index}"] = float(into.get(f"syy{index}", 0)) - (y * y - cap * cap)
+        into[f"syy{index}"] = float(into.get(f"syy{index}", 0)) - over * (y + cap - 2 * shift.y)
         if f"syz{index}" in into:
-            into[f"syz{index}"] = float(into[f"syz{index}"]) - over * z
+            into[f"syz{index}"] = float(into[f"syz{index}"]) - over * (z - shift.z)
     return cap
 
 

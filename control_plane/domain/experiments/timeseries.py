@@ -4,9 +4,11 @@ One pass in SQL. Per unit and day (of its events at or after its exposure) the q
 increments of its value; a window over each unit's days turns them into the running per-unit
 value y_d and its previous value y_{d-1} = y_d - Δy, and every sufficient statistic telescopes:
 
-    Σ_units y(D)² = Σ_{days d ≤ D} Σ_units (y_d² - y_{d-1}²)
+    Σ_units (y(D) - k)² = Σ_{days d ≤ D} Σ_units (y_d - y_{d-1})(y_d + y_{d-1} - 2k)
 
-(likewise y, z, z², yz, with capping applied to the running value: min(y_d, cap)). So the query
+(likewise y, z, z², yz, with capping applied to the running value: min(y_d, cap)), about the
+same shift k as the results (see :func:`~control_plane.domain.experiments.aggregates.with_shifts`;
+written as a product so that large values do not cancel). So the query
 returns per arm and day the increments of n (exposures that day), Σy, Σy², Σz, Σz², Σyz and the
 units converting that day; Python adds them up day by day and runs the experiment's engine on
 each day's cumulative moments (a sequential engine carrying its running p-value and intersected
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Float, Select, and_, case, cast, func, select
+from sqlalchemy import Float, Select, and_, case, cast, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -28,10 +30,12 @@ from control_plane.analysis import Moments, SequentialBounds, analyse
 from control_plane.db.models import Event, Exposure
 from control_plane.domain.experiments.aggregates import (
     MetricSpec,
+    Shift,
     capped,
     postgres_all,
     unit_ranges,
     value_sum,
+    with_shifts,
 )
 
 DAY_MS = 24 * 3600 * 1000
@@ -42,7 +46,9 @@ _SUMS = ("conv", "sy", "syy", "sz", "szz", "syz")
 class DayIncrement:
     exposed: int
     conversions: int
-    moments: Moments  # n is 0 here: exposures are counted apart
+    # the change to the moments of the units with events: n is the units joining that day
+    # (``conversions``); the exposed units without events yet are zeros, counted apart
+    moments: Moments
 
 
 def _increments_query(
@@ -53,6 +59,7 @@ def _increments_query(
     dialect: str,
     units: tuple[str | None, str | None] = (None, None),
 ) -> Select[Any]:
+    shift = metric.shift or Shift()
     day = (Event.ts // DAY_MS).label("day")
     where = and_(
         Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
@@ -95,7 +102,8 @@ def _increments_query(
         func.sum(unit_days.c.dz).over(partition_by=unit, order_by=by_day).label("z"),
         func.row_number().over(partition_by=unit, order_by=by_day).label("k"),
     ).subquery()
-    first = case((running.c.k == 1, 1.0), else_=0.0)
+    joins = running.c.k == 1  # the unit's first day with events: it joins the sums
+    first = case((joins, 1.0), else_=0.0)
     z_now = cast(running.c.z, Float)
     z_before = z_now - running.c.dz
     if metric.aggregation == "conversion":
@@ -108,19 +116,38 @@ def _increments_query(
         y_now = capped(y_sum, metric.cap)
         y_before = capped(y_sum - running.c.dy, metric.cap)
     columns = [func.sum(first).label("conv")]
-    if y_before is None:  # 0/1: y² = y and y_{d-1} = 0 on the day it turns 1
+    if y_before is None:  # 0/1 about 0: y² = y and y_{d-1} = 0 on the day it turns 1
         columns += [func.sum(y_now).label("sy"), func.sum(y_now).label("syy")]
     else:
+        ky = literal(shift.y, Float)
         columns += [
-            func.sum(y_now - y_before).label("sy"),
-            func.sum(y_now * y_now - y_before * y_before).label("syy"),
+            func.sum(case((joins, y_now - ky), else_=y_now - y_before)).label("sy"),
+            func.sum(
+                case(
+                    (joins, (y_now - ky) * (y_now - ky)),
+                    else_=(y_now - y_before) * (y_now + y_before - 2 * ky),
+                )
+            ).label("syy"),
         ]
     if metric.aggregation == "mean":
         assert y_before is not None
+        kz = literal(shift.z, Float)
+        dz = running.c.dz
         columns += [
-            func.sum(running.c.dz).label("sz"),
-            func.sum(z_now * z_now - z_before * z_before).label("szz"),
-            func.sum(y_now * z_now - y_before * z_before).label("syz"),
+            func.sum(case((joins, z_now - kz), else_=dz)).label("sz"),
+            func.sum(
+                case(
+                    (joins, (z_now - kz) * (z_now - kz)),
+                    else_=dz * (z_now + z_before - 2 * kz),
+                )
+            ).label("szz"),
+            # (y-k)(z-k_z) - (y'-k)(z'-k_z) = Δy (z-k_z) + (y'-k) Δz
+            func.sum(
+                case(
+                    (joins, (y_now - ky) * (z_now - kz)),
+                    else_=(y_now - y_before) * (z_now - kz) + (y_before - ky) * dz,
+                )
+            ).label("syz"),
         ]
     return select(running.c.arm, running.c.day, *columns).group_by(running.c.arm, running.c.day)
 
@@ -129,6 +156,10 @@ async def day_increments(
     session: AsyncSession, project_id: str, kind: str, subject: str, metric: MetricSpec
 ) -> dict[int, dict[str, DayIncrement]]:
     """``{day number (UTC days since the epoch): {arm: increments}}``."""
+    (metric,) = await with_shifts(session, project_id, kind, subject, [metric], cuped=False)
+    shift = metric.shift or Shift()
+    if metric.aggregation != "mean":
+        shift = Shift(shift.y)
     bind = session.bind
     dialect = bind.dialect.name if bind is not None else "sqlite"
     exposures = await session.execute(
@@ -169,9 +200,25 @@ async def day_increments(
         out.setdefault(day, {})[arm] = DayIncrement(
             exposed=exposed.get((day, arm), 0),
             conversions=int(get("conv")),
-            moments=Moments(0, get("sy"), get("syy"), get("sz"), get("szz"), get("syz")),
+            moments=Moments(
+                int(get("conv")),
+                get("sy"),
+                get("syy"),
+                get("sz"),
+                get("szz"),
+                get("syz"),
+                shift_y=shift.y,
+                shift_z=shift.z,
+            ),
         )
     return out
+
+
+def _with_zeros(joined: Moments, exposed: int) -> Moments:
+    """The moments of all ``exposed`` units: those with events, and the rest as zeros (kept
+    apart until here, so that the zeros' large shifted sums never mix into small ones)."""
+    zeros = Moments.zeros(max(exposed - joined.n, 0), joined.shift_y, joined.shift_z)
+    return joined + zeros if joined.n else zeros
 
 
 def _json(value: float | None) -> float | None:
@@ -192,17 +239,20 @@ def cumulative_days(
     conversions and rate, and per treatment the engine's uplift and interval that day."""
     if not increments:
         return []
-    totals = {arm: Moments(0, 0.0, 0.0) for arm in arms}
+    joined = {arm: Moments(0, 0.0, 0.0) for arm in arms}
+    exposed = dict.fromkeys(arms, 0)
     conversions = dict.fromkeys(arms, 0)
     p_values: dict[str, float | None] = {}
     bounds: dict[str, SequentialBounds] = {}
     days: list[dict[str, Any]] = []
     for day in range(min(increments), max(increments) + 1):
         for arm, inc in increments.get(day, {}).items():
-            if arm not in totals:
+            if arm not in joined:
                 continue
-            totals[arm] = totals[arm] + Moments(inc.exposed, 0.0, 0.0) + inc.moments
+            joined[arm] = joined[arm] + inc.moments
+            exposed[arm] += inc.exposed
             conversions[arm] += inc.conversions
+        totals = {arm: _with_zeros(joined[arm], exposed[arm]) for arm in arms}
         result = analyse(
             totals[control],
             {arm: totals[arm] for arm in arms if arm != control},
