@@ -192,10 +192,18 @@ def test_values_are_bounded_and_results_survive_the_largest(site: Site) -> None:
     ):
         assert answer.status_code == 422, answer.text
         assert answer.json()["error"]["details"][0]["field"] in {"value", "events[0].value"}
-    largest = [{"unit": "whale", "event": "spend", "value": 2**53 - 1} for _ in range(8)]
+    whales = [f"whale-{i}" for i in range(12)]
+    for unit in whales:
+        site.api("POST", f"/experiments/{exp['key']}/assign", {"unit": unit})
+    largest = [{"unit": unit, "event": "spend", "value": 2**53 - 1} for unit in ["whale", *whales]]
     assert site.api("POST", "/events", {"events": largest}, kind="server").status_code == 200
     results = site.api("GET", f"/experiments/{exp['key']}")
     assert results.status_code == 200, results.text
+    # found from outside: equal values this large gave a standard error of ~1e8, not 0
+    for variant in results.json()["results"]["variants"]:
+        if variant["exposed"] >= 2:
+            assert variant["rate"] == 2**53 - 1, variant
+            assert variant["stdError"] == 0.0, variant
 
 
 def test_a_page_cannot_shadow_a_backend_event(site: Site) -> None:
