@@ -13,6 +13,7 @@ from litestar.params import HeaderParameter
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import Principal, request_session
+from control_plane.db import ingest
 from control_plane.domain.common import Actor, Scope
 from control_plane.publishing.publisher import Publisher
 
@@ -61,6 +62,8 @@ async def unit_of_work(
             await session.rollback()
             raise
         await session.commit()
+        if scope.events_written:
+            await ingest.advance(session)
         if scope.change:
             publisher: Publisher = state.publisher
             publisher.publish(scope.change)

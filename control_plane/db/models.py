@@ -44,6 +44,16 @@ class Deployment(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
 
 
+class IngestGeneration(Base):
+    """One row (SQLite): a number that moves on after every committed write of events or
+    exposures (see :mod:`control_plane.db.ingest`; PostgreSQL counts with a sequence)."""
+
+    __tablename__ = "ingest_generation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+
+
 class Project(Base):
     __tablename__ = "projects"
 

@@ -45,6 +45,9 @@ class Scope:
     bayesian_prior_sd: float | None = 0.3
     if_match: str | None = None  # the write's If-Match header, as sent
     change: Change = field(init=False)
+    # events or exposures were written or deleted: the ingest generation moves on after the
+    # commit (see control_plane.db.ingest), so that results cached by it are computed afresh
+    events_written: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.change = Change(self.project_id)

@@ -7,9 +7,10 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import create_engine, insert, select
+from sqlalchemy import Engine, create_engine, insert, select
 
 from control_plane.db.engine import sync_url
+from control_plane.db.ingest import advance_statement
 from control_plane.db.models import Event, Experiment, Exposure, Project
 from tests.conftest import Api
 
@@ -83,8 +84,16 @@ def seed(
                 connection.execute(insert(Exposure), exposures)
             if events:
                 connection.execute(insert(Event), events)
+        advance(engine)
     finally:
         engine.dispose()
+
+
+def advance(engine: Engine) -> None:
+    """What every writer of events does after it commits: move the ingest generation on, so
+    that results cached before the write are computed afresh (control_plane.db.ingest)."""
+    with engine.begin() as connection:
+        connection.execute(advance_statement(engine.dialect.name))
 
 
 def units(count: int, *values: int | None) -> list[list[int | None]]:
@@ -138,5 +147,6 @@ def seed_rows(
                         for unit, name, value, ts in events
                     ],
                 )
+        advance(engine)
     finally:
         engine.dispose()

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from tests.conftest import Api
-from tests.experiments.seed import create_experiment, metric, seed, units
+from tests.experiments.seed import advance, create_experiment, metric, seed, units
 
 MANUAL = {"name": "Checkout", "type": "manual", "goal": "purchase"}
 
@@ -214,6 +214,7 @@ def seed_pre(api: Api, key: str, values: list[int]) -> None:
                     for u, v in zip(ordered, values, strict=True)
                 ],
             )
+        advance(engine)
     finally:
         engine.dispose()
 

@@ -103,8 +103,10 @@ async def ingest(
     inserted = await insert_events(
         scope.session, kept, project_id=scope.project_id, received_at=now, source=sender
     )
-    if found:
-        await exposures.record(scope.session, scope.project_id, found)
+    if found and await exposures.record(scope.session, scope.project_id, found):
+        scope.events_written = True
+    if inserted:
+        scope.events_written = True
     duplicates = len(kept) - inserted
     conflicts = await count_conflicts(scope.session, scope.project_id, kept) if duplicates else 0
     return s.Ack(accepted=inserted, duplicates=duplicates, conflicts=conflicts)

@@ -33,6 +33,7 @@ from control_plane.domain.experiments.aggregates import (
     MetricSpec,
     arm_moments,
 )
+from control_plane.domain.experiments.cache import cached
 
 ALPHA = 0.05
 CAPPED = ("sum", "mean")
@@ -218,9 +219,15 @@ async def analyse_subject(
 ) -> dict[str, Any]:
     """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag)."""
     metrics = [primary, *guardrails]
-    caps: dict[str, float | None] = {}
-    aggregates = await arm_moments(
-        session, project_id, kind, subject, metric_specs(metrics), cuped=cuped, caps=caps
+    specs = metric_specs(metrics)
+
+    async def compute() -> tuple[dict[str, dict[str, ArmAggregate]], dict[str, float | None]]:
+        found: dict[str, float | None] = {}
+        sums = await arm_moments(session, project_id, kind, subject, specs, cuped=cuped, caps=found)
+        return sums, found
+
+    aggregates, caps = await cached(
+        session, ("arm_moments", project_id, kind, subject, tuple(specs), cuped), compute
     )
     exposed = {arm: aggregates[primary.key].get(arm, EMPTY).moments.n for arm in arms}
     srm = srm_check(exposed, weights)

@@ -16,6 +16,7 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import cta, decisions, exposures
 from control_plane.domain.experiments import schemas as s
+from control_plane.domain.experiments.cache import cached
 from control_plane.domain.experiments.results import MetricDef
 from control_plane.domain.flags import validation as v
 from control_plane.domain.metrics.services import slugify, unique_key
@@ -66,18 +67,21 @@ async def _metric_keys(scope: Scope, row: Experiment) -> tuple[str | None, list[
 
 
 async def exposed_count(scope: Scope, row: Experiment) -> int:
-    return int(
-        await scope.session.scalar(
-            select(func.count())
-            .select_from(Exposure)
-            .where(
-                Exposure.project_id == scope.project_id,
-                Exposure.kind == "experiment",
-                Exposure.subject == row.id,
+    async def count() -> int:
+        return int(
+            await scope.session.scalar(
+                select(func.count())
+                .select_from(Exposure)
+                .where(
+                    Exposure.project_id == scope.project_id,
+                    Exposure.kind == "experiment",
+                    Exposure.subject == row.id,
+                )
             )
+            or 0
         )
-        or 0
-    )
+
+    return await cached(scope.session, ("exposed", scope.project_id, row.id), count)
 
 
 async def experiment_out(scope: Scope, row: Experiment) -> s.Experiment:
@@ -381,6 +385,7 @@ async def delete_experiment(scope: Scope, id_or_key: str) -> s.ExperimentDeleted
             Exposure.subject == row.id,
         )
     )
+    scope.events_written = True
     await scope.session.execute(delete(SequentialLook).where(SequentialLook.subject == row.id))
     await scope.session.delete(row)
     await scope.session.flush()
@@ -445,7 +450,7 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
             content=control.get("content"),
         )
     chosen = row.variants[choose_variant(row.key, body.unit, bounds_of(row))]
-    await exposures.record(
+    recorded = await exposures.record(
         scope.session,
         scope.project_id,
         [
@@ -454,6 +459,7 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
             )
         ],
     )
+    scope.events_written = recorded > 0
     return s.Assignment(
         experiment=row.key,
         variant=chosen["key"],
@@ -540,9 +546,13 @@ async def _metric_defs(scope: Scope, row: Experiment) -> tuple[MetricDef, list[M
 async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Timeseries:
     """Cumulative results per UTC day of one metric (the primary unless ``metric`` names a
     guardrail), with the experiment's engine and capping."""
-    from control_plane.domain.experiments.aggregates import percentile_cap
+    from control_plane.domain.experiments.aggregates import MetricSpec, percentile_cap
     from control_plane.domain.experiments.results import ALPHA, capping_block, metric_specs
-    from control_plane.domain.experiments.timeseries import cumulative_days, day_increments
+    from control_plane.domain.experiments.timeseries import (
+        DayIncrement,
+        cumulative_days,
+        day_increments,
+    )
 
     row = await find(scope, id_or_key)
     primary, guardrails = await _metric_defs(scope, row)
@@ -555,12 +565,21 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
             )
         chosen = found[0]
     spec = metric_specs([chosen])[0]
-    if spec.percentile is not None:
-        cap = await percentile_cap(
-            scope.session, scope.project_id, "experiment", row.id, spec, spec.percentile
+
+    async def compute() -> tuple[MetricSpec, dict[int, dict[str, DayIncrement]]]:
+        resolved = spec
+        if spec.percentile is not None:
+            cap = await percentile_cap(
+                scope.session, scope.project_id, "experiment", row.id, spec, spec.percentile
+            )
+            resolved = replace(spec, cap=cap, percentile=None)
+        return resolved, await day_increments(
+            scope.session, scope.project_id, "experiment", row.id, resolved
         )
-        spec = replace(spec, cap=cap, percentile=None)
-    increments = await day_increments(scope.session, scope.project_id, "experiment", row.id, spec)
+
+    spec, increments = await cached(
+        scope.session, ("day_increments", scope.project_id, row.id, spec), compute
+    )
     days = cumulative_days(
         increments,
         arms=[x["key"] for x in row.variants],

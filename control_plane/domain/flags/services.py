@@ -518,6 +518,7 @@ async def delete_flag(scope: Scope, key: str) -> s.FlagDeleted:
             Exposure.subject == key,
         )
     )
+    scope.events_written = True
     await scope.session.delete(flag)
     await scope.session.flush()
     await scope.changed(environment_ids, flags=[key])
