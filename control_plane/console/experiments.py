@@ -10,7 +10,7 @@ from litestar.response import Redirect, Response, Template
 
 from control_plane.console.charts import forest, time_series
 from control_plane.console.pages import ListPage
-from control_plane.console.web import Who, error_page, page, reading, writing
+from control_plane.console.web import FRAGMENT, Who, error_page, page, reading, writing
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments import services
@@ -102,7 +102,6 @@ class ExperimentPages(ListPage):
         async with reading(request, who) as scope:
             try:
                 found = await services.with_results(scope, key)
-                series = await services.timeseries(scope, key, None)
             except ApiError as exc:
                 return error_page(request, who, exc, key)
             defined = (
@@ -122,10 +121,31 @@ class ExperimentPages(ListPage):
             experiment=found,
             results=results,
             forest=forest(blocks),
-            series=time_series(series.days),
-            days=series.days,
             metrics=defined,
             **extra,
+        )
+
+    @get("/{key:str}/daily")
+    async def daily(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Template:
+        """The primary metric's cumulative time series: a page of its own, and the part of the
+        results page its script loads after the results (``X-Vane-Fragment``), so that the
+        results come as fast as the API's and the series, computed apart, follows."""
+        async with reading(request, who) as scope:
+            try:
+                series = await services.timeseries(scope, key, None)
+            except ApiError as exc:
+                return error_page(request, who, exc, key)
+        template = "_daily.html" if request.headers.get(FRAGMENT) else "experiment_daily.html"
+        return page(
+            request,
+            who,
+            template,
+            title=f"{key} per day",
+            key=key,
+            metric_name=series.metric.get("name", "primary"),
+            series=time_series(series.days),
         )
 
     @post("/{key:str}/status")

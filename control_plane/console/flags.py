@@ -19,6 +19,7 @@ from litestar.response import Redirect, Response, Template
 from control_plane.console import forms
 from control_plane.console.diff import changes
 from control_plane.console.web import (
+    FRAGMENT,
     Who,
     back_to,
     error_page,
@@ -42,7 +43,6 @@ from control_plane.errors import ApiError, FieldError
 
 PAGE_SIZE = 50
 PREREQUISITE_ROWS = 3  # rows of the prerequisites form (one more than a flag usually has)
-FRAGMENT = "x-vane-fragment"  # the live script asks for the page's <main> only
 
 
 async def _environments(scope: Scope) -> list[Any]:

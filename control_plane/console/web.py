@@ -33,6 +33,8 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
+# the script asks for part of a page: its <main> (live refresh) or a part drawn apart
+FRAGMENT = "x-vane-fragment"
 CSRF_FIELD = "_csrf"
 CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -49,7 +49,8 @@ SETUP = [
 ]
 
 
-def generate_sql(dialect: str) -> list[str]:
+def generate_sql(dialect: str, project: str = "prj_bench", subject: str = "exp_bench") -> list[str]:
+    """The exposures and events, written by the database itself, for ``subject`` of ``project``."""
     series = (
         "generate_series(1, {n}) AS s(g)"
         if dialect == "postgresql"
@@ -58,11 +59,11 @@ def generate_sql(dialect: str) -> list[str]:
     concat = "'u' || g"
     return [
         f"""INSERT INTO exposures (project_id, kind, subject, unit, arm, exposed_at)
-            SELECT 'prj_bench', 'experiment', 'exp_bench', {concat},
+            SELECT '{project}', 'experiment', '{subject}', {concat},
                    CASE WHEN g % 2 = 0 THEN 'control' ELSE 'treatment' END, {BASE} + g
             FROM {series.format(n=UNITS)}""",
         f"""INSERT INTO events (project_id, event_id, unit, event, value, ts, received_at, source)
-            SELECT 'prj_bench', 'e' || g, 'u' || (g % {UNITS} + 1),
+            SELECT '{project}', 'e' || g, 'u' || (g % {UNITS} + 1),
                    CASE g % 10 WHEN 0 THEN 'purchase' WHEN 1 THEN 'signup' ELSE 'page_view' END,
                    CASE WHEN g % 10 = 0 THEN 1000 + (g % 7919) + (g % 2) * 150 ELSE NULL END,
                    {BASE} + {UNITS} + (g % 86400000), {BASE} + {UNITS} + (g % 86400000), 'server'

@@ -58,3 +58,33 @@ def test_a_write_through_a_tls_proxy_is_same_site_and_another_site_is_not(api: A
     assert "script-src 'self'" in theirs.headers["content-security-policy"]
     state = api.get("/flags/proxied").json()["environments"]["staging"]
     assert state["enabled"] is True  # the first toggle only
+
+
+def test_the_time_series_is_a_page_of_its_own_without_script_and_a_part_with_it(
+    api: Api,
+) -> None:
+    """The results page comes as fast as the API's results: its time series is computed apart.
+    Without the script the page links to it (a page with the chart and its numbers in words);
+    the script loads the same chart into the page (X-Vane-Fragment)."""
+    created = api.post("/experiments", {"name": "Daily", "type": "manual", "goal": "buy"})
+    assert created.status_code == 201, created.text
+    assert api.post("/experiments/daily", {"status": "running"}).status_code == 200
+    for unit in ("a", "b", "c", "d"):
+        assert api.post("/experiments/daily/assign", {"unit": unit}).status_code == 200
+    assert api.post("/track", {"unit": "a", "event": "buy"}).status_code == 200
+    signed_in(api)
+    results = api.client.get("/console/experiments/daily")
+    assert results.status_code == 200
+    assert 'href="/console/experiments/daily/daily"' in results.text
+    assert "svg" not in results.text.split('id="daily"')[1].split("</div>")[0]
+    whole = api.client.get("/console/experiments/daily/daily")
+    assert whole.status_code == 200
+    assert '<header class="top">' in whole.text
+    assert 'class="timeseries"' in whole.text
+    description = re.search(r'<desc id="ts-desc">([^<]+)</desc>', whole.text)
+    assert description is not None
+    assert "control" in description.group(1)
+    part = api.client.get("/console/experiments/daily/daily", headers={"X-Vane-Fragment": "part"})
+    assert part.status_code == 200
+    assert '<header class="top">' not in part.text
+    assert 'class="timeseries"' in part.text

@@ -1,5 +1,5 @@
-// Vane console: confirmation of critical toggles, live refresh, rollout sums. Every form also
-// works without this script (the server asks for confirmation itself).
+// Vane console: confirmation of critical toggles, live refresh, rollout sums, parts drawn apart.
+// Every form also works without this script (the server asks for confirmation itself).
 "use strict";
 (function () {
   var dialog = document.getElementById("confirm");
@@ -40,6 +40,24 @@
   }
   document.addEventListener("input", sums);
 
+  // parts drawn apart (data-load): fetched after the page, so that what it shows first comes
+  // first; without this script each is a link to a page of its own
+  function parts(root) {
+    root.querySelectorAll("[data-load]").forEach(function (box) {
+      fetch(box.getAttribute("data-load"), { headers: { "X-Vane-Fragment": "part" }, credentials: "same-origin" })
+        .then(function (response) { return response.ok ? response.text() : null; })
+        .then(function (html) { if (html !== null) { box.innerHTML = html; box.setAttribute("data-loaded", "1"); } })
+        .catch(function () {});
+    });
+  }
+  parts(document);
+
+  // what goes into <main>: the fragment a page sends, or the <main> of a whole page
+  function mainOf(html) {
+    var found = new DOMParser().parseFromString(html, "text/html").getElementById("main");
+    return found ? found.innerHTML : html;
+  }
+
   // live: a change anywhere in the project refreshes this page's main content, unless a form
   // on it is being edited (focus inside main on an input), when it waits for the next change
   var live = document.body.getAttribute("data-live");
@@ -58,7 +76,9 @@
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
         if (html !== null && !editing()) {
-          document.getElementById("main").innerHTML = html;
+          var main = document.getElementById("main");
+          main.innerHTML = mainOf(html);
+          parts(main);
           document.body.setAttribute("data-version", String(Date.now()));
         }
       })
