@@ -3,7 +3,6 @@ and its few actions, every one through the domain's service as the API calls it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import msgspec
@@ -12,6 +11,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
+from control_plane.console import forms
 from control_plane.console.diff import changes
 from control_plane.console.pages import ListPage, do
 from control_plane.console.web import Who, error_page, field_errors, page, provide_signed, reading
@@ -87,7 +87,7 @@ class SegmentPages(ListPage):
             except ApiError as exc:
                 return error_page(request, who, exc, key)
             used = await segments.flags_using(scope, key)
-        rules = msgspec.json.encode(found.rules).decode()
+        typed = extra.pop("rule_forms", None)
         return page(
             request,
             who,
@@ -95,8 +95,10 @@ class SegmentPages(ListPage):
             status=status,
             title=key,
             segment=found,
+            typed=extra.pop("typed", None),  # name, description, members as typed
             used=used,
-            rules_json=extra.pop("rules_json", None) or json.dumps(json.loads(rules), indent=2),
+            rule_forms=typed if typed is not None else forms.segment_rules_from_api(found.rules),
+            operators=forms.OPERATORS,
             **extra,
         )
 
@@ -105,25 +107,21 @@ class SegmentPages(ListPage):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
-        text = form.get("rules") or "[]"
-        try:
-            rules = msgspec.json.decode(text.encode(), type=list[seg_s.SegmentRuleIn])
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        typed = forms.rules_from_form(form)
+        action = form.get("action") or "save"
+        as_typed = {
+            name: form.get(name) or "" for name in ("name", "description", "included", "excluded")
+        }
+        if action != "save":  # an editor button: show the segment as edited, save nothing
             return await self._show(
-                request,
-                who,
-                key,
-                422,
-                error=f"rules: {exc}",
-                errors={"rules": str(exc)},
-                rules_json=text,
+                request, who, key, rule_forms=forms.edit_rules(typed, action), typed=as_typed
             )
         body = seg_s.SegmentPatch(
             name=(form.get("name") or "").strip() or msgspec.UNSET,
             description=form.get("description") or "",
             included=_lines(form.get("included")),
             excluded=_lines(form.get("excluded")),
-            rules=rules,
+            rules=[forms.segment_rule_in(rule) for rule in typed],
         )
         _, error = await do(
             request,
@@ -140,8 +138,16 @@ class SegmentPages(ListPage):
                     "overwritten; the form shows what is stored now."
                 )
             )
+            stale = error.status == 412  # show what is stored now; else what was typed
             return await self._show(
-                request, who, key, error.status, error=message, errors=field_errors(error.details)
+                request,
+                who,
+                key,
+                error.status,
+                error=message,
+                errors=field_errors(error.details),
+                rule_forms=None if stale else typed,
+                typed=None if stale else as_typed,
             )
         return Redirect(f"/console/segments/{key}", status_code=303)
 

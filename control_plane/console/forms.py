@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from control_plane.domain.flags import schemas as s
+from control_plane.domain.segments import schemas as seg_s
 from shared.engine.operators import NUMBER_OPS
 from shared.engine.operators import OPERATORS as ENGINE_OPERATORS
 
@@ -78,6 +79,7 @@ class RuleForm:
     serve: str = "0"  # a variation idx, or "rollout"
     weights: dict[int, str] = field(default_factory=dict)  # idx -> percent as typed
     bucket_by: str = ""
+    weight: str = ""  # a segment rule's: the percent of matching contexts that are in ("": all)
 
     def to_api(self) -> s.RuleIn:
         return s.RuleIn(
@@ -155,11 +157,42 @@ def rules_from_form(form: Mapping[str, Any]) -> list[RuleForm]:
                 setattr(target, attr, text)
         elif weight is not None:
             rule.weights[int(weight.group(1))] = text
-        elif rest in ("id", "description", "serve"):
+        elif rest in ("id", "description", "serve", "weight"):
             setattr(rule, rest, text)
         elif rest == "bucketBy":
             rule.bucket_by = text
     return [rules[i] for i in sorted(rules)]
+
+
+def segment_rules_from_api(rules: list[seg_s.SegmentRule]) -> list[RuleForm]:
+    """A segment's rules for the editor (clauses, and a weight instead of a serve)."""
+    return [
+        RuleForm(
+            id=rule.id,
+            clauses=[
+                ClauseForm(
+                    attribute=c.attribute if isinstance(c.attribute, str) else "",
+                    op=c.op,
+                    values=lines_of(c.values),
+                    negate=c.negate,
+                )
+                for c in rule.clauses
+            ],
+            weight="" if rule.weight is None else f"{rule.weight:g}",
+            bucket_by=rule.bucket_by or "",
+        )
+        for rule in rules
+    ]
+
+
+def segment_rule_in(rule: RuleForm) -> seg_s.SegmentRuleIn:
+    weight = rule.weight.strip()
+    return seg_s.SegmentRuleIn(
+        id=rule.id or None,
+        clauses=[c.to_api() for c in rule.clauses],
+        weight=_percent(weight) if weight else None,
+        bucket_by=rule.bucket_by.strip() or None,
+    )
 
 
 def edit_rules(rules: list[RuleForm], action: str) -> list[RuleForm]:

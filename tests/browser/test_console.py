@@ -491,3 +491,50 @@ def test_a_toggle_is_scheduled_and_cancelled_from_the_flag_page(site: Site, cont
     page.wait_for_url("**#schedules")
     after = site.api("GET", "/flags/timed/environments/staging/schedule").json()["schedules"]
     assert [c["status"] for c in after] == ["cancelled"]
+
+
+def test_a_segments_rules_are_edited_like_a_flags(site: Site, context: Any) -> None:
+    """Segments: members and rules edited field by field (as a flag's rules are), an error beside
+    the field the API names, and the segment at work at the relay."""
+    assert site.api("POST", "/segments", {"key": "big-accounts"}).status_code == 201
+    rule = {
+        "clauses": [{"op": "segmentMatch", "values": ["big-accounts"]}],
+        "serve": {"variation": 0},
+    }
+    flag = {"key": "for-big-accounts", "variations": [{"value": True}, {"value": False}]}
+    assert site.api("POST", "/flags", flag).status_code == 201
+    assert (
+        site.api(
+            "PUT", "/flags/for-big-accounts/environments/production/rules", {"rules": [rule]}
+        ).status_code
+        == 200
+    )
+    settings = {"enabled": True, "fallthrough": {"variation": 1}}  # others: false
+    answer = site.api("PUT", "/flags/for-big-accounts/environments/production", settings)
+    assert answer.status_code == 200, answer.text
+    page = context.new_page()
+    sign_in(page, site)
+    page.goto(site.cp.url + "/console/segments/big-accounts")
+    page.get_by_label("Included context keys (one per line): always in").fill("acme-ceo")
+    page.get_by_role("button", name="Add rule").click()
+    page.get_by_label("Attribute").first.fill("plan")
+    page.locator("textarea[name='rules[0].clauses[0].values']").fill("enterprise\nscale")
+    page.get_by_label("Weight % (empty: all)").fill("150")
+    page.get_by_role("button", name="Save segment").click()
+    error = page.locator(".field-error", has_text="100")
+    error.wait_for()
+    assert page.get_by_label("Attribute").first.input_value() == "plan"  # kept as typed
+    assert site.api("GET", "/segments/big-accounts").json()["rules"] == []  # nothing written
+    page.get_by_label("Weight % (empty: all)").fill("")
+    page.get_by_role("button", name="Save segment").click()
+    page.wait_for_url("**/console/segments/big-accounts")
+    stored = site.api("GET", "/segments/big-accounts").json()
+    assert stored["included"] == ["acme-ceo"]
+    assert [c["values"] for c in stored["rules"][0]["clauses"]] == [["enterprise", "scale"]]
+    assert stored["rules"][0]["clauses"][0]["attribute"] == "plan"
+    eventually(
+        lambda: serves(site, "for-big-accounts", {"targetingKey": "u1", "plan": "scale"}, True)
+    )
+    assert serves(site, "for-big-accounts", {"targetingKey": "u2", "plan": "free"}, False)
+    assert serves(site, "for-big-accounts", {"targetingKey": "acme-ceo"}, True)
+    shot(page, "segment")
