@@ -40,6 +40,7 @@ from control_plane.domain.schedules.runner import ScheduleRunner
 from control_plane.domain.segments.controllers import SegmentController
 from control_plane.domain.webhooks.controllers import WebhookController
 from control_plane.domain.webhooks.dispatcher import Dispatcher, DispatchSettings
+from control_plane.domain.webhooks.outbox import OUTBOX
 from control_plane.errors import ERROR_RESPONSES, EXCEPTION_HANDLERS, etag
 from control_plane.health import healthz, metrics, readyz
 from control_plane.publishing.hub import Hub, run_reconciler
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         publish=publisher.publish,
         poll_s=settings.schedule_poll_s,
         bayesian_prior_sd=settings.bayesian_prior_sd,
+        hooks=OUTBOX,
     )
     dispatcher = Dispatcher(
         sessionmaker,

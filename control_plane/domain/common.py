@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,6 @@ from sqlalchemy.orm import InstrumentedAttribute
 from control_plane.auth import Principal
 from control_plane.db.ids import new_id
 from control_plane.db.models import AuditEntry, Base, Environment
-from control_plane.domain.webhooks import outbox
 from control_plane.errors import not_found, stale_version
 from control_plane.publishing.change import Change, Reason
 
@@ -34,6 +33,17 @@ class Actor:
 CLI_ACTOR = Actor(None, "cli")
 
 
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """What the domains tell the rest of the control plane, without importing it: an audited
+    change, and an announcement (an experiment's winner). The app injects the webhooks' outbox
+    (``webhooks/outbox.py``: ``OUTBOX``), which turns each into a webhook event written in the
+    same transaction."""
+
+    audited: Callable[[AsyncSession, AuditEntry], None]
+    announced: Callable[[AsyncSession, str, str, Any], None]  # session, project, type, data
+
+
 @dataclass(slots=True)
 class Scope:
     """One request's unit of work: the session (one transaction), the project, the actor, and
@@ -44,6 +54,7 @@ class Scope:
     actor: Actor
     bayesian_prior_sd: float | None = 0.3
     if_match: str | None = None  # the write's If-Match header, as sent
+    hooks: Hooks = field(kw_only=True)
     change: Change = field(init=False)
     # events or exposures were written or deleted: the ingest generation moves on after the
     # commit (see control_plane.db.ingest), so that results cached by it are computed afresh
@@ -89,7 +100,8 @@ class Scope:
         after: Any = None,
         environment: str | None = None,
     ) -> None:
-        """Record the change, and (same transaction) its webhook event: ``webhooks/outbox.py``."""
+        """Record the change, and tell the hooks (same transaction): the outbox makes it a
+        webhook event."""
         entry = AuditEntry(
             id=new_id("aud"),
             project_id=self.project_id,
@@ -103,18 +115,11 @@ class Scope:
             after=to_json(after),
         )
         self.session.add(entry)
-        outbox.emit_audited(
-            self.session,
-            self.project_id,
-            audit_id=entry.id,
-            action=action,
-            actor=entry.actor,
-            resource_type=resource_type,
-            resource_key=resource_key,
-            environment=environment,
-            before=entry.before,
-            after=entry.after,
-        )
+        self.hooks.audited(self.session, entry)
+
+    def announce(self, event_type: str, data: Any) -> None:
+        """Tell the hooks of something that happened (same transaction): ``experiment.winner``."""
+        self.hooks.announced(self.session, self.project_id, event_type, data)
 
     async def environments(self) -> list[Environment]:
         result = await self.session.scalars(

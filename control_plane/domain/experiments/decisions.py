@@ -15,7 +15,6 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from control_plane.db.models import Experiment, ExperimentDecision
 from control_plane.domain.common import Scope
-from control_plane.domain.webhooks import outbox
 
 
 async def _first_time(scope: Scope, experiment_id: str, kind: str, value: str) -> bool:
@@ -43,9 +42,7 @@ async def announce(scope: Scope, row: Experiment, results: dict[str, Any]) -> No
     experiment = {"id": row.id, "key": row.key, "name": row.name, "status": row.status}
     winner = results.get("winner")
     if winner and await _first_time(scope, row.id, "winner", str(winner)[:128]):
-        outbox.emit(
-            scope.session,
-            scope.project_id,
+        scope.announce(
             "experiment.winner",
             {
                 "experiment": experiment,
@@ -57,9 +54,7 @@ async def announce(scope: Scope, row: Experiment, results: dict[str, Any]) -> No
         )
     srm = results.get("srm") or {}
     if srm.get("flagged") and await _first_time(scope, row.id, "srm", "failed"):
-        outbox.emit(
-            scope.session,
-            scope.project_id,
+        scope.announce(
             "experiment.srm_failed",
             {"experiment": experiment, "srm": srm},
         )

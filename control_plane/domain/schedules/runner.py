@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
-from control_plane.domain.common import Actor, Scope
+from control_plane.domain.common import Actor, Hooks, Scope
 from control_plane.domain.flags import services as flags
 from control_plane.domain.flags.schemas import EnvironmentSettingsIn, ServeIn
 from control_plane.domain.schedules.services import schedule_out
@@ -45,12 +45,14 @@ class ScheduleRunner:
         publish: Publish,
         poll_s: float = 1.0,
         bayesian_prior_sd: float | None = 0.3,
+        hooks: Hooks,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.replica_id = replica_id
         self.publish = publish
         self.poll_s = poll_s
         self.bayesian_prior_sd = bayesian_prior_sd
+        self.hooks = hooks
 
     async def run(self) -> None:
         """Look at once (past-due changes run at start-up), then every ``poll_s``."""
@@ -117,7 +119,7 @@ class ScheduleRunner:
 
     def _scope(self, session: AsyncSession, row: ScheduledChange) -> Scope:
         actor = Actor(row.created_by_key_id, f"schedule {row.id} ({row.created_by})"[:200])
-        return Scope(session, row.project_id, actor, self.bayesian_prior_sd)
+        return Scope(session, row.project_id, actor, self.bayesian_prior_sd, hooks=self.hooks)
 
     async def _failed(self, schedule_id: str, reason: str) -> None:
         async with self.sessionmaker() as session, session.begin():

@@ -1,7 +1,8 @@
 """The transactional outbox: what leaves the system, written in the transaction of the change.
 
-``Scope.audit`` (which every write calls) hands each audit action to :func:`emit_audited`; the
-experiment results hand each new decision to :func:`emit`. Either adds an ``outbox_events`` row
+``Scope.audit`` (which every write calls) hands each audit entry to :func:`emit_audited`, and
+``Scope.announce`` (the experiment results' new decisions) to :func:`emit`, through the hooks the
+app injects into every unit of work (:data:`OUTBOX`): the domains do not import webhooks. Either adds an ``outbox_events`` row
 to the caller's session, so a change and its notification commit together or not at all. The
 dispatcher (``dispatcher.py``) later fans each row out into one delivery per matching webhook.
 """
@@ -14,7 +15,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from control_plane.db.ids import new_id
-from control_plane.db.models import OutboxEvent
+from control_plane.db.models import AuditEntry, OutboxEvent
+from control_plane.domain.common import Hooks
 
 AUDIT_TO_WEBHOOK: dict[str, str] = {
     # flags
@@ -82,33 +84,27 @@ def emit(session: AsyncSession, project_id: str, event_type: str, data: Any) -> 
     session.add(OutboxEvent(id=new_id("evt"), project_id=project_id, type=event_type, data=data))
 
 
-def emit_audited(
-    session: AsyncSession,
-    project_id: str,
-    *,
-    audit_id: str,
-    action: str,
-    actor: str,
-    resource_type: str,
-    resource_key: str,
-    environment: str | None,
-    before: Any,
-    after: Any,
-) -> None:
-    event_type = AUDIT_TO_WEBHOOK.get(action)
+def emit_audited(session: AsyncSession, entry: AuditEntry) -> None:
+    """The webhook event of an audited change, if its action has one."""
+    event_type = AUDIT_TO_WEBHOOK.get(entry.action)
     if event_type is None:
         return
     emit(
         session,
-        project_id,
+        entry.project_id,
         event_type,
         {
-            "action": action,
-            "resource": {"type": resource_type, "key": resource_key},
-            "environment": environment,
-            "actor": actor,
-            "auditId": audit_id,
-            "before": before,
-            "after": after,
+            "action": entry.action,
+            "resource": {"type": entry.resource_type, "key": entry.resource_key},
+            "environment": entry.environment,
+            "actor": entry.actor,
+            "auditId": entry.id,
+            "before": entry.before,
+            "after": entry.after,
         },
     )
+
+
+OUTBOX = Hooks(audited=emit_audited, announced=emit)
+"""The hooks every unit of work is given (``Scope.hooks``): audited changes and announcements
+become outbox rows in the same transaction."""
