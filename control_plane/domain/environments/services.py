@@ -11,9 +11,10 @@ from sqlalchemy.exc import IntegrityError
 from control_plane.db.ids import new_id
 from control_plane.db.models import ApiKey, Environment, Flag, FlagSetting
 from control_plane.db.types import utcnow
+from control_plane.domain import validation as v
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.environments import schemas as s
-from control_plane.domain.flags import validation as v
+from control_plane.domain.flags.validation import default_serving
 from control_plane.domain.keys.services import revoke_key
 from control_plane.domain.paging import Page, paged
 from control_plane.errors import conflict
@@ -119,7 +120,7 @@ async def _default_settings(scope: Scope, env: Environment) -> None:
     flags = await scope.session.scalars(select(Flag).where(Flag.project_id == scope.project_id))
     for flag in flags:
         variations = [w.Variation(x["idx"], x["value"], x.get("name", "")) for x in flag.variations]
-        on_idx, off_idx = v.default_serving(flag.type, variations)
+        on_idx, off_idx = default_serving(flag.type, variations)
         scope.session.add(
             FlagSetting(
                 flag_id=flag.id,

@@ -13,13 +13,12 @@ from sqlalchemy import delete, func, or_, select
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Metric, SequentialLook
 from control_plane.db.types import utcnow
+from control_plane.domain import validation as v
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import cta, decisions, exposures
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments.cache import cached
 from control_plane.domain.experiments.results import MetricDef
-from control_plane.domain.flags import validation as v
-from control_plane.domain.metrics.services import slugify, unique_key
 from control_plane.domain.paging import Page, paged
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
 from shared.engine.experiments import choose_variant, thresholds, url_matches
@@ -232,8 +231,8 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
         problems.add("goal", "the goal event name is required for manual experiments")
     variants = _variants(problems, body)
     problems.raise_if_any()
-    wanted = slugify(body.name)
-    key = body.key or await unique_key(
+    wanted = v.slugify(body.name)
+    key = body.key or await v.unique_key(
         scope, Experiment, f"{wanted}-experiment" if wanted in RESERVED_KEYS else wanted
     )
     if body.key and await scope.session.scalar(

@@ -25,6 +25,7 @@ from control_plane.db.models import (
     Segment,
 )
 from control_plane.db.types import utcnow
+from control_plane.domain import validation as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
@@ -302,11 +303,11 @@ async def preview(scope: Scope, key: str, env_key: str, context: dict[str, Any])
 
 
 async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
-    problems = v.Problems()
-    v.check_key(problems, "key", body.key)
+    problems = base.Problems()
+    base.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key
-    v.check_name(problems, "name", name)
-    v.check_tags(problems, "tags", body.tags)
+    base.check_name(problems, "name", name)
+    base.check_tags(problems, "tags", body.tags)
     if not body.bucket_by.strip():
         problems.add("bucketBy", "must not be blank")
     variations = v.variations(problems, body.type, body.variations)
@@ -364,11 +365,11 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
     flag = await _flag(scope, key)
     await _expect_flag(scope, flag)
     before = await get_flag(scope, key)
-    problems = v.Problems()
+    problems = base.Problems()
     if body.name is not msgspec.UNSET:
-        v.check_name(problems, "name", body.name)
+        base.check_name(problems, "name", body.name)
     if body.tags is not msgspec.UNSET:
-        v.check_tags(problems, "tags", body.tags)
+        base.check_tags(problems, "tags", body.tags)
     if body.bucket_by is not msgspec.UNSET and not body.bucket_by.strip():
         problems.add("bucketBy", "must not be blank")
     variations = (
@@ -454,7 +455,7 @@ async def _prerequisite_rows(scope: Scope, flag_key: str) -> list[tuple[str, str
 
 
 async def _edited_variations(
-    scope: Scope, flag: Flag, given: list[s.VariationIn], problems: v.Problems
+    scope: Scope, flag: Flag, given: list[s.VariationIn], problems: base.Problems
 ) -> list[w.Variation]:
     """The flag's variations after an edit: given idxs kept (renamed or re-valued), new items
     on the next free idxs, and a variation left out only if nothing uses it."""
@@ -602,7 +603,7 @@ async def _prerequisites(
     flag: Flag,
     env: Environment,
     given: Sequence[s.PrerequisiteIn],
-    problems: v.Problems,
+    problems: base.Problems,
 ) -> list[w.Prerequisite]:
     out: list[w.Prerequisite] = []
     keys = {p.key for p in given}
@@ -670,7 +671,7 @@ async def put_settings(
     await _expect_setting(scope, setting)
     before = settings_out(flag, env.key, setting)
     idxs = variation_indexes(flag)
-    problems = v.Problems()
+    problems = base.Problems()
     if body.off_variation is not msgspec.UNSET and body.off_variation not in idxs:
         problems.add("offVariation", f"no variation has idx {body.off_variation}")
     fallthrough = (
@@ -735,7 +736,7 @@ async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.
             select(Segment.key).where(Segment.project_id == scope.project_id)
         )
     )
-    problems = v.Problems()
+    problems = base.Problems()
     canonical = v.rules(problems, body.rules, variation_indexes(flag), segment_keys, _new_rule_id)
     problems.raise_if_any()
     setting.rules = [_stored(r) for r in canonical]
@@ -797,7 +798,7 @@ async def set_flag_metrics(scope: Scope, key: str, body: s.FlagMetricsIn) -> s.F
     from control_plane.domain.metrics.services import find as find_metric
 
     flag = await _flag(scope, key)
-    problems = v.Problems()
+    problems = base.Problems()
     metrics: list[Metric] = []
     for i, ref in enumerate(body.metrics):
         metric = await find_metric(scope, ref)

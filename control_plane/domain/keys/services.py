@@ -10,9 +10,9 @@ from control_plane.auth import KeyKind, new_api_key
 from control_plane.db.models import ApiKey, Environment
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
-from control_plane.domain.flags.validation import Problems
 from control_plane.domain.keys import schemas as s
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.validation import Problems
 from control_plane.errors import conflict, invalid, not_found
 
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 
 import msgspec
 from sqlalchemy import exists, or_, select
@@ -13,35 +11,12 @@ from sqlalchemy.exc import IntegrityError
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, FlagMetric, Metric
 from control_plane.db.types import utcnow
+from control_plane.domain import validation as v
 from control_plane.domain.common import Scope
-from control_plane.domain.flags import validation as v
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.errors import conflict, not_found
 from shared.wire.currencies import ISO_4217
-
-
-def slugify(text: str) -> str:
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    slug = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
-    return slug[:120] or "item"
-
-
-async def unique_key(scope: Scope, model: type[Metric] | type[Experiment], wanted: str) -> str:
-    """``wanted``, or ``wanted-2``, ``wanted-3``… whichever is free in the project."""
-    taken = set(
-        await scope.session.scalars(
-            select(model.key).where(
-                model.project_id == scope.project_id, model.key.like(f"{wanted}%")
-            )
-        )
-    )
-    if wanted not in taken:
-        return wanted
-    n = 2
-    while f"{wanted}-{n}" in taken:
-        n += 1
-    return f"{wanted}-{n}"
 
 
 def metric_out(row: Metric) -> s.Metric:
@@ -134,7 +109,7 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
     check_capping(problems, body.aggregation, body.capping)
     check_currency(problems, body.aggregation, body.currency)
     problems.raise_if_any()
-    key = body.key or await unique_key(scope, Metric, slugify(body.name))
+    key = body.key or await v.unique_key(scope, Metric, v.slugify(body.name))
     now = utcnow()
     row = Metric(
         id=new_id("met"),

@@ -17,6 +17,7 @@ from control_plane.domain.flags import validation as v
 from control_plane.domain.flags.services import flag_setting, refuse_archived, variation_indexes
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.schedules import schemas as s
+from control_plane.domain.validation import Problems
 from control_plane.errors import ApiError, not_found
 
 PAST_SLACK = timedelta(minutes=1)  # a clock a little behind still schedules "now"
@@ -42,7 +43,7 @@ def schedule_out(row: ScheduledChange, flag_key: str, env_key: str) -> s.Schedul
 
 async def create(scope: Scope, key: str, env_key: str, body: s.ScheduleIn) -> s.ScheduledChange:
     flag, env, _ = await flag_setting(scope, key, env_key)
-    problems = v.Problems()
+    problems = Problems()
     now = utcnow()
     if body.at.tzinfo is None:
         problems.add("at", "an RFC 3339 time with its offset (Z or +hh:mm)")

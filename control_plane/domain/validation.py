@@ -1,0 +1,82 @@
+"""The base every domain's validation stands on: collected field errors, keys, names and tags.
+
+The one home of what a key, a name or a tag may be. Each check names the field it failed on,
+with the path a user would write (``rules[0].clauses[1].values``); ``Problems.raise_if_any``
+turns what was collected into one 422. A domain's own rules (a flag's variations, a metric's
+aggregation) live in its package and are built from these.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from control_plane.domain.common import Scope
+from control_plane.errors import FieldError, invalid_many
+
+KEY_PATTERN = re.compile(r"^[a-z0-9_.\-]{1,128}$")
+KEY_RULE = "must be 1 to 128 characters of lowercase letters, digits, '_', '-' and '.'"
+MAX_NAME = 200
+
+
+class Problems:
+    """Collects field errors; ``raise_if_any`` turns them into one 422."""
+
+    def __init__(self) -> None:
+        self.items: list[FieldError] = []
+
+    def add(self, field: str, message: str) -> None:
+        self.items.append(FieldError(field, message))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise invalid_many(self.items)
+
+
+def check_key(problems: Problems, field: str, key: str) -> None:
+    if not KEY_PATTERN.match(key):
+        problems.add(field, KEY_RULE)
+    elif key in {".", ".."}:
+        problems.add(field, "'.' and '..' cannot be addressed in a URL path")
+
+
+def check_name(problems: Problems, field: str, name: str) -> None:
+    if not name.strip():
+        problems.add(field, "must not be blank")
+    elif len(name) > MAX_NAME:
+        problems.add(field, f"must be at most {MAX_NAME} characters")
+
+
+def check_tags(problems: Problems, field: str, tags: Sequence[str]) -> None:
+    for i, tag in enumerate(tags):
+        if not tag.strip() or len(tag) > 64:
+            problems.add(f"{field}[{i}]", "a tag is 1 to 64 characters")
+
+
+def slugify(text: str) -> str:
+    """A key made from a name: ``"Revenue (EUR)"`` → ``"revenue-eur"``."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+    return slug[:120] or "item"
+
+
+async def unique_key(scope: Scope, model: Any, wanted: str) -> str:
+    """``wanted``, or ``wanted-2``, ``wanted-3``… whichever is free in the project among the
+    rows of ``model`` (a table with ``project_id`` and ``key``)."""
+    taken = set(
+        await scope.session.scalars(
+            select(model.key).where(
+                model.project_id == scope.project_id, model.key.like(f"{wanted}%")
+            )
+        )
+    )
+    if wanted not in taken:
+        return wanted
+    n = 2
+    while f"{wanted}-{n}" in taken:
+        n += 1
+    return f"{wanted}-{n}"
