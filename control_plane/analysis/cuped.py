@@ -68,14 +68,19 @@ def _adjust(
     var_x = sample_var(pooled.n, pooled.sum_x, pooled.sum_x2)
     if var_x <= 0:
         return CupedInfo(False, reason="the CUPED covariate has no variance"), {}
-    theta = sample_cov(pooled.n, pooled.sum_y, pooled.sum_x, pooled.sum_xy) / var_x
+    theta = (
+        sample_cov(
+            pooled.n, pooled.sum_y, pooled.sum_x, pooled.sum_xy, pooled.sum_y2, pooled.sum_x2
+        )
+        / var_x
+    )
     mean_x = pooled.mean_x
     adjusted: dict[K, tuple[float, float]] = {}
     raw_ss = adj_ss = 0.0
     for key, m in usable.items():
         vy = sample_var(m.n, m.sum_y, m.sum_y2)
         vx = sample_var(m.n, m.sum_x, m.sum_x2)
-        cxy = sample_cov(m.n, m.sum_y, m.sum_x, m.sum_xy)
+        cxy = sample_cov(m.n, m.sum_y, m.sum_x, m.sum_xy, m.sum_y2, m.sum_x2)
         v_adj = max(vy - 2.0 * theta * cxy + theta * theta * vx, 0.0)
         adjusted[key] = (m.mean_y - theta * (m.mean_x - mean_x), v_adj)
         raw_ss += (m.n - 1) * vy

@@ -205,14 +205,27 @@ def moments_from_values(
     return Moments(**out)
 
 
-def sample_cov(n: int, sum_a: float, sum_b: float, sum_ab: float) -> float:
-    """Sample covariance (``n - 1`` denominator) from sums; needs ``n >= 2``."""
-    return (sum_ab - sum_a * sum_b / n) / (n - 1)
+NOISE = 1e-10
+"""Below this share of Σ(a-k)², a spread Σ(a-k)² - (Σ(a-k))²/n is rounding, not data: n values
+that are all equal but not equal to the shift leave ~n·2^-52 of it. Data whose spread is that far
+below their distance from the shift (a unit's value, so within a few standard deviations of the
+mean in anything real) would have no digits left anyway; both read as no spread at all."""
+
+
+def sample_cov(
+    n: int, sum_a: float, sum_b: float, sum_ab: float, sum_a2: float, sum_b2: float
+) -> float:
+    """Sample covariance (``n - 1`` denominator) from sums about shifts; needs ``n >= 2``.
+    ``sum_a2`` and ``sum_b2`` set the rounding floor (see :data:`NOISE`)."""
+    co = sum_ab - sum_a * sum_b / n
+    if abs(co) <= NOISE * math.sqrt(sum_a2 * sum_b2):
+        return 0.0
+    return co / (n - 1)
 
 
 def sample_var(n: int, sum_a: float, sum_a2: float) -> float:
-    """Sample variance from sums, clamped at zero against rounding; needs ``n >= 2``."""
-    return max(sample_cov(n, sum_a, sum_a, sum_a2), 0.0)
+    """Sample variance from sums about a shift, zero below the rounding floor; needs ``n >= 2``."""
+    return max(sample_cov(n, sum_a, sum_a, sum_a2, sum_a2, sum_a2), 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +283,9 @@ def _ratio_summary(m: Moments) -> ArmSummary:
     mean_z = total_z / m.n
     var_y = sample_var(m.n, m.sum_y, m.sum_y2)
     var_z = sample_var(m.n, m.sum_z, m.sum_z2)
-    cov_yz = sample_cov(m.n, m.sum_y, m.sum_z, m.sum_yz)
-    variance = max((var_y - 2.0 * r * cov_yz + r * r * var_z) / (mean_z * mean_z), 0.0)
+    cov_yz = sample_cov(m.n, m.sum_y, m.sum_z, m.sum_yz, m.sum_y2, m.sum_z2)
+    spread = var_y - 2.0 * r * cov_yz + r * r * var_z  # of the linearised y - r z
+    if spread <= NOISE * (var_y + r * r * var_z):  # y = r z in every unit, but for rounding
+        spread = 0.0
+    variance = spread / (mean_z * mean_z)
     return ArmSummary(m.n, r, variance, math.sqrt(variance / m.n))

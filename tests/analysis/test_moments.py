@@ -148,3 +148,25 @@ def test_degenerate_arms_give_a_reason(moments: Moments, ratio: bool, reason: st
     assert s.reason == reason
     assert s.variance is None
     assert s.std_error is None
+
+
+def test_a_spread_below_the_rounding_floor_is_no_spread() -> None:
+    """Found by the time series' comparison with a direct computation (one seed in ~40): equal
+    values about another unit's value left a variance of ~1e-13, and a ratio metric whose units
+    all have y = r z a delta-method variance of rounding; both are exactly no spread, as the
+    same values about their own first value give. Otherwise the engines test a difference on a
+    standard error of noise."""
+    d = 1236.0 - -7.3  # 14 equal values about a shift that is not one of them
+    s1 = s2 = 0.0
+    for _ in range(14):
+        s1, s2 = s1 + d, s2 + d * d
+    assert s2 - s1 * s1 / 14 > 0  # rounding: ~1.5e-8, where the spread is 0
+    assert summarise(Moments(14, s1, s2, shift_y=-7.3), ratio=False).variance == 0.0
+    y, z = np.array([995.0, 0, 0, 0]), np.array([1.0, 0, 0, 0])
+    direct = summarise(moments_from_values(y, z=z), ratio=True)
+    # the one unit with events (y 995, z 1) about another unit's values (1236, 2), and 3 zeros
+    shifted = Moments(1, -241.0, 241.0**2, -1.0, 1.0, 241.0, shift_y=1236.0, shift_z=2.0)
+    shifted = shifted + Moments.zeros(3, 1236.0, 2.0)
+    assert direct.variance == 0.0
+    assert summarise(shifted, ratio=True).variance == 0.0
+    assert summarise(shifted, ratio=True).mean == pytest.approx(995.0)
