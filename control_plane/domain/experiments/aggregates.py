@@ -179,14 +179,7 @@ def _unit_rows(
         Event.event == names[0] if len(names) == 1 else Event.event.in_(names),
         Event.ts >= window_start,
     )
-    where = and_(
-        Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
-    )
-    low, high = units
-    if low is not None:  # on both sides, so that both index scans start at the range
-        where = and_(where, Exposure.unit >= low, Event.unit >= low)
-    if high is not None:
-        where = and_(where, Exposure.unit < high, Event.unit < high)
+    where = exposed_units(project_id, kind, subject, units)
     query = (
         select(func.min(Exposure.arm).label("arm"), *columns)
         .select_from(Exposure)
@@ -195,6 +188,23 @@ def _unit_rows(
         .group_by(Exposure.unit)
     )
     return query, shapes
+
+
+def exposed_units(
+    project_id: str, kind: str, subject: str, units: tuple[str | None, str | None]
+) -> ColumnElement[bool]:
+    """The condition on a join of exposures and events that keeps the subject's exposed units
+    in the half-open range ``units`` (the one home of the range, for the sums and the series):
+    bounded on both sides, so that both index scans start at the range."""
+    where = and_(
+        Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
+    )
+    low, high = units
+    if low is not None:
+        where = and_(where, Exposure.unit >= low, Event.unit >= low)
+    if high is not None:
+        where = and_(where, Exposure.unit < high, Event.unit < high)
+    return where
 
 
 def _arm_sums(unit_rows: Select[Any], shapes: Sequence[_Shape]) -> Select[Any]:

@@ -32,6 +32,7 @@ from control_plane.domain.experiments.aggregates import (
     MetricSpec,
     Shift,
     capped,
+    exposed_units,
     postgres_all,
     unit_ranges,
     value_sum,
@@ -61,14 +62,7 @@ def _increments_query(
 ) -> Select[Any]:
     shift = metric.shift or Shift()
     day = (Event.ts // DAY_MS).label("day")
-    where = and_(
-        Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
-    )
-    low, high = units
-    if low is not None:  # on both sides, so that both index scans start at the range
-        where = and_(where, Exposure.unit >= low, Event.unit >= low)
-    if high is not None:
-        where = and_(where, Exposure.unit < high, Event.unit < high)
+    where = exposed_units(project_id, kind, subject, units)
     unit_days = (
         select(
             Exposure.unit.label("unit"),
