@@ -43,7 +43,7 @@ import msgspec
 from shared.backoff import backoff_delay
 from shared.wire.body import MAX_BODY_BYTES
 from shared.wire.currencies import ISO_4217
-from shared.wire.events import MAX_BATCH, MAX_PROPS_BYTES, MAX_VALUE
+from shared.wire.events import MAX_BATCH, MAX_PROPS_BYTES, MAX_VALUE, EventIn
 
 logger = logging.getLogger("vane.client")
 
@@ -65,17 +65,6 @@ _FIELD_INDEX = re.compile(r"^events\[(\d+)\]")
 Item: TypeAlias = tuple[
     str, str, int | None, str | None, dict[str, Any] | None, str | None, int, str
 ]
-
-
-class WireEvent(msgspec.Struct, rename="camel", omit_defaults=True):
-    unit: str
-    event: str
-    value: int | None = None
-    currency: str | None = None
-    props: dict[str, Any] | None = None
-    url: str | None = None
-    ts: int | None = None
-    event_id: str | None = None
 
 
 class _Ack(msgspec.Struct):
@@ -419,7 +408,19 @@ class BatchingCore:
         parts: list[bytes] = []
         for item in events:
             try:
-                part = _encode(WireEvent(*item))
+                unit, event, value, currency, props, url, ts, event_id = item
+                part = _encode(  # the event's wire shape is the one the servers read
+                    EventIn(
+                        unit=unit,
+                        event=event,
+                        value=value,
+                        currency=currency,
+                        props=props,
+                        url=url,
+                        ts=ts,
+                        event_id=event_id,
+                    )
+                )
                 if (
                     len(part) > MAX_PROPS
                     and item[4] is not None
