@@ -154,6 +154,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 "publisher": publisher,
                 "settings": settings,
                 "limiter": limiter,
+                "hooks": OUTBOX,  # every unit of work's (Scope.hooks): the webhooks' outbox
             }
         ),
         dependencies={"ctx": Provide(provide_scope)},

@@ -15,7 +15,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from control_plane.auth import Principal, request_session
 from control_plane.db import ingest
 from control_plane.domain.common import Actor, Scope
-from control_plane.domain.webhooks.outbox import OUTBOX
 from control_plane.publishing.publisher import Publisher
 
 
@@ -56,7 +55,7 @@ async def unit_of_work(
             actor=Actor.of(principal),
             bayesian_prior_sd=state.settings.bayesian_prior_sd,
             if_match=if_match,
-            hooks=OUTBOX,
+            hooks=state.hooks,
         )
         try:
             yield scope

@@ -17,10 +17,10 @@ from sqlalchemy import func, select, text
 
 from control_plane.auth import KeyKind
 from control_plane.db.models import Event
+from control_plane.domain import exposures
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
 from control_plane.domain.events.store import count_conflicts, insert_events
-from control_plane.domain.experiments import exposures
 from control_plane.errors import FieldError, invalid, invalid_many
 from shared.wire import events
 

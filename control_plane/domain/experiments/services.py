@@ -13,9 +13,10 @@ from sqlalchemy import delete, func, or_, select
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Metric, SequentialLook
 from control_plane.db.types import utcnow
+from control_plane.domain import exposures
 from control_plane.domain import validation as v
 from control_plane.domain.common import Scope, percent
-from control_plane.domain.experiments import cta, decisions, exposures
+from control_plane.domain.experiments import cta, decisions
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments.cache import cached
 from control_plane.domain.experiments.results import MetricDef

@@ -1,5 +1,9 @@
 """First exposures: one row per (experiment or flag, unit); the first one recorded wins.
 
+A base of the domains (beside ``common`` and ``validation``): the event ingest records the
+exposures that events claim, the experiments record those their assign endpoint makes, and
+neither imports the other.
+
 Exposures arrive two ways: the control plane's assign endpoint, and ``$exposure`` /
 ``$flag_exposure`` events: those a relay records of its own assignments and evaluations (through
 the lossless event path), and those a backend claims with a server or management key, which are
