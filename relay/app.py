@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from relay.forwarder import Forwarder
-from relay.metrics import RelayMetrics
 from relay.persistence import SnapshotFiles
+from relay.prometheus import RelayMetrics
 from relay.routes.compose import build_http_app
 from relay.settings import RelaySettings
 from relay.spool import Spool

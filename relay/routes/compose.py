@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from relay.http import ASGIApp, HttpApp, Router
-from relay.metrics import RelayMetrics
+from relay.prometheus import RelayMetrics
 from relay.routes import events, experiments, feed, ofrep, ops, sdk, sse, tracker
 from relay.routes.admission import Browser
 from relay.settings import RelaySettings

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from relay.http import CONTENT_JSON, Request, Response, Router, json_encode
-from relay.metrics import RelayMetrics
 from relay.openapi import document
+from relay.prometheus import RelayMetrics
 from relay.store import Store
 
 _HEALTHY = json_encode({"status": "ok"})

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from relay.http import Request, Response, ofrep_error_body
-from relay.metrics import RelayMetrics
+from relay.prometheus import RelayMetrics
 from relay.routes.admission import Admission, Browser
 from relay.routes.contexts import parse_context, targeting_key_problem
 from relay.routes.sse import EventStreams

@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from relay.metrics import RelayMetrics
+from relay.prometheus import RelayMetrics
 from relay.routes.compose import build_http_app
 from relay.store import EnvironmentState, Store
 from shared.wire.snapshot import (

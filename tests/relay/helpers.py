@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from relay.http import ASGIApp, Message
-from relay.metrics import RelayMetrics
+from relay.prometheus import RelayMetrics
 from relay.routes.compose import build_http_app
 from relay.settings import RelaySettings
 from relay.store import EnvironmentState, Store

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from relay.metrics import RelayMetrics
+from relay.prometheus import RelayMetrics
 from relay.routes.compose import build_http_app
 from relay.store import EnvironmentState, Store
 from shared.engine import Reason, compile_snapshot, evaluate, evaluate_all, openfeature_reason

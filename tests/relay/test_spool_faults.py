@@ -18,7 +18,7 @@ import pytest
 
 import relay.spool
 from relay.forwarder import Forwarder
-from relay.metrics import RelayMetrics
+from relay.prometheus import RelayMetrics
 from relay.routes.compose import build_http_app
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState, Store
