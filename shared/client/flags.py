@@ -8,7 +8,10 @@ written here rather than taken from a library so the client keeps httpx as its o
 (``relay.routes.feed``): a full ``snapshot``, a ``patch`` from the version it holds, or ``current``.
 Each change compiles with ``compile_snapshot(previous=...)``, which takes over every flag whose
 definition (and prerequisites and segments) did not change, so the flags whose compiled function
-is new are exactly the flags that changed: that is ``flagsChanged``.
+is new are exactly the flags that changed: that is ``flagsChanged``. It compiles with the garbage
+collector left running, deliberately: the provider is a library inside someone else's
+application, whose collector is not ours to pause (the relay, a process of its own, pauses it
+while compiling: ``relay.store.gc_paused``; the engine itself never touches it).
 
 ``details`` maps an engine ``Evaluation`` to what an OpenFeature provider answers, exactly as a
 relay's OFREP answer carries it (value, variant, reason, error code, ``{"version"}`` metadata).

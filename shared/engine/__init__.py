@@ -1,21 +1,28 @@
 """Vane's pure flag-evaluation engine: compile a snapshot once, evaluate it many times.
 
-Standard library, msgspec and mmh3 only: no I/O, no clock, no logging. Compiling a malformed
-snapshot raises ``CompileError``; evaluating never raises.
+Standard library, msgspec and mmh3 only: no I/O, no clock, no logging, and no say over the
+process (the garbage collector is the caller's). Compiling a malformed snapshot raises
+``CompileError``; evaluating never raises.
+
+Modules, one job each: ``rules`` and ``operators`` compile clauses, rules and segments into
+matchers; ``closures`` builds one flag's evaluation closure; ``graph`` holds the dependency
+graph's rules (who names whom, order, cycles, nesting); ``snapshot`` compiles whole snapshots
+and patches; ``validation`` checks one flag or segment for the control plane; ``evaluator``
+runs the compiled result.
 """
 
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, experiment_bucket
-from shared.engine.compile import (
+from shared.engine.evaluator import context_key, evaluate, evaluate_all
+from shared.engine.graph import prerequisite_cycle, segment_cycle, segments_named
+from shared.engine.model import CompileError, ErrorKind, Evaluation, Reason
+from shared.engine.openfeature import ofrep_error_code, openfeature_reason
+from shared.engine.snapshot import (
     CompiledEnvironment,
     CompiledFlag,
     compile_patch,
     compile_snapshot,
-    validate_flag,
-    validate_segment,
 )
-from shared.engine.evaluator import context_key, evaluate, evaluate_all
-from shared.engine.model import CompileError, ErrorKind, Evaluation, Reason
-from shared.engine.openfeature import ofrep_error_code, openfeature_reason
+from shared.engine.validation import validate_flag, validate_segment
 
 __all__ = [
     "WEIGHT_SCALE",
@@ -34,6 +41,9 @@ __all__ = [
     "experiment_bucket",
     "ofrep_error_code",
     "openfeature_reason",
+    "prerequisite_cycle",
+    "segment_cycle",
+    "segments_named",
     "validate_flag",
     "validate_segment",
 ]

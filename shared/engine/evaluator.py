@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.engine.compile import CompiledEnvironment, FlagFn
+from shared.engine.closures import FlagFn
 from shared.engine.model import EXCEPTION, FLAG_NOT_FOUND, USER_NOT_SPECIFIED, Evaluation
+from shared.engine.snapshot import CompiledEnvironment
 
 
 def context_key(context: Mapping[str, Any]) -> str | None:

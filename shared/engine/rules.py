@@ -7,6 +7,9 @@ the attribute ``key`` never touches the context. The attribute ``kind`` reads th
 A clause never matches a missing or null attribute, negated or not; an array attribute matches
 when any (non-null) element does, and ``negate`` then inverts the clause's overall result. All
 clauses of a rule must match; any value of a clause may match.
+
+Which segments rules name (``segmentMatch``), and the limits on that graph, are the business of
+``shared.engine.graph``; here a ``segmentMatch`` clause only asks a resolver for the matchers.
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ Context = Mapping[str, Any]
 Matcher = Callable[[Context, str], bool]
 # Resolves a segment key met at ``path``: its matcher, or None for an unknown segment.
 SegmentResolver = Callable[[str, str], Matcher | None]
-
-MAX_NESTING = 32
 
 
 def always(_context: Context, _key: str) -> bool:
@@ -72,7 +73,7 @@ def _apply(value: Any, predicate: operators.Predicate, negate: bool) -> bool:
 class StringIn(NamedTuple):
     """A clause ``attribute in [strings]`` on a context attribute (not ``key`` or ``kind``), not
     negated: its matcher, and its parts for flag shapes that inline that matcher
-    (``shared.engine.compile``'s rule-then-rollout closure)."""
+    (``shared.engine.closures``' rule-then-rollout closure)."""
 
     attribute: str
     strings: frozenset[str]
@@ -262,25 +263,3 @@ def compile_segment(segment: Any, resolve_segment: SegmentResolver) -> Matcher:
         return False
 
     return match_segment
-
-
-def segment_references(segment: Any) -> list[tuple[str, str]]:
-    """``(path, segment key)`` of every segmentMatch value in a segment's rules, best effort."""
-    found: list[tuple[str, str]] = []
-    rules = getattr(segment, "rules", ())
-    if not isinstance(rules, ARRAYS):
-        return found
-    for i, rule in enumerate(rules):
-        clauses = getattr(rule, "clauses", ())
-        if not isinstance(clauses, ARRAYS):
-            continue
-        for j, clause in enumerate(clauses):
-            if getattr(clause, "op", None) != operators.SEGMENT_MATCH:
-                continue
-            values = getattr(clause, "values", ())
-            if not isinstance(values, ARRAYS):
-                continue
-            for k, value in enumerate(values):
-                if isinstance(value, str):
-                    found.append((f"rules[{i}].clauses[{j}].values[{k}]", value))
-    return found

@@ -1,0 +1,100 @@
+"""The dependency graph's rules the control plane asks the engine about: which segments rules
+name, and whether a change would close a cycle of segments or of prerequisites. And the engine
+leaves the garbage collector to its caller."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import msgspec
+import pytest
+
+from shared.engine import (
+    compile_patch,
+    compile_snapshot,
+    prerequisite_cycle,
+    segment_cycle,
+    segments_named,
+)
+from tests.engine.builders import (
+    clause,
+    flag,
+    rule,
+    segment,
+    segment_clause,
+    segment_rule,
+    snapshot,
+)
+
+OK = clause("country", "in", "US")
+
+
+def test_segments_named_reads_flag_and_segment_rules() -> None:
+    flag_rules = [
+        rule(clause("country", "in", "fr"), segment_clause("beta", "staff")),
+        rule(segment_clause("beta", negate=True)),
+    ]
+    assert segments_named(flag_rules) == {"beta", "staff"}
+    segment_rules = [segment_rule(OK), segment_rule(segment_clause("inner"))]
+    assert segments_named(segment_rules) == {"inner"}
+    assert segments_named([]) == set()
+    assert segments_named([rule(OK)]) == set()
+
+
+def test_segments_named_reads_the_rows_a_database_stores() -> None:
+    wire = [rule(clause("plan", "in", "pro")), rule(segment_clause("beta", "staff"))]
+    stored: list[dict[str, Any]] = msgspec.to_builtins(wire)
+    assert segments_named(stored) == segments_named(wire) == {"beta", "staff"}
+    stored_segment_rules = msgspec.to_builtins([segment_rule(segment_clause("inner"))])
+    assert segments_named(stored_segment_rules) == {"inner"}
+
+
+def test_segments_named_skips_what_is_not_a_rule() -> None:
+    assert segments_named(None) == set()  # type: ignore[arg-type]
+    assert segments_named([{"clauses": "nope"}, {"no": "clauses"}, 3]) == set()
+    assert segments_named([{"clauses": [{"op": "segmentMatch", "values": ["a", 5]}]}]) == {"a"}
+
+
+def test_segment_cycle() -> None:
+    names = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert segment_cycle("a", names) is None
+    assert segment_cycle("c", {**names, "c": {"a"}}) == ["c", "a", "b", "c"]
+    assert segment_cycle("a", {"a": {"a"}}) == ["a", "a"]
+    assert segment_cycle("new", {"new": {"unknown"}}) is None
+
+
+def test_prerequisite_cycle_follows_the_order_given() -> None:
+    prerequisites = {"a": ["x", "b"], "b": ["y", "c"], "c": [], "x": [], "y": ["x"]}
+    assert prerequisite_cycle("a", prerequisites) is None
+    closing = {**prerequisites, "c": ["a"]}
+    assert prerequisite_cycle("c", closing) == ["c", "a", "b", "c"]
+    assert prerequisite_cycle("a", closing) == ["a", "b", "c", "a"]
+    # only a cycle through the flag changed counts; a flag missing from the map has none
+    assert prerequisite_cycle("z", {"z": ["missing"]}) is None
+
+
+def test_cycle_search_is_not_recursive() -> None:
+    chain = {f"s{i}": [f"s{i + 1}"] for i in range(5000)}
+    assert prerequisite_cycle("s0", chain) is None
+    looped = segment_cycle("s0", {**chain, "s5000": ["s0"]})
+    assert looped is not None
+    assert len(looped) == 5002
+
+
+def test_compiling_leaves_the_garbage_collector_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pausing the collector is the caller's choice (the relay's ``gc_paused``), never the
+    engine's: the in-process provider runs inside someone else's application."""
+
+    def refuse() -> None:
+        raise AssertionError("the engine must not switch the garbage collector")
+
+    monkeypatch.setattr(gc, "disable", refuse)
+    monkeypatch.setattr(gc, "enable", refuse)
+    data = snapshot(
+        flag("a", rules=[rule(segment_clause("s"))]),
+        flag("b", prerequisites=[("a", 0)]),
+        segments=[segment("s", included=["k"])],
+    )
+    compiled = compile_snapshot(data)
+    compile_patch(compiled, data, flags=["a"], segments=["s"])
