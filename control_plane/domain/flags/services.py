@@ -38,6 +38,7 @@ from shared.engine import (
     evaluate,
     ofrep_error_code,
     openfeature_reason,
+    prerequisite_cycle,
     validate_flag,
 )
 from shared.wire import snapshot as w
@@ -649,18 +650,7 @@ async def _prerequisite_cycle(
     )
     graph = {key: [p["key"] for p in prereqs] for key, prereqs in rows}
     graph[flag_key] = new_prereqs
-
-    def walk(node: str, path: list[str]) -> list[str] | None:
-        for nxt in graph.get(node, []):
-            if nxt == flag_key:
-                return [*path, nxt]
-            if nxt not in path:
-                found = walk(nxt, [*path, nxt])
-                if found:
-                    return found
-        return None
-
-    return walk(flag_key, [flag_key])
+    return prerequisite_cycle(flag_key, graph)  # the engine's rule, on the would-be graph
 
 
 async def put_settings(

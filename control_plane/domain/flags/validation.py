@@ -15,13 +15,7 @@ from typing import Any
 import msgspec
 
 from control_plane.domain.flags import schemas as s
-
-# Problems, check_key and check_name are read through this module by segments/services.py until
-# it takes them from the base (#25, in progress): re-exported explicitly until then
-from control_plane.domain.validation import MAX_NAME
-from control_plane.domain.validation import Problems as Problems
-from control_plane.domain.validation import check_key as check_key
-from control_plane.domain.validation import check_name as check_name
+from control_plane.domain.validation import MAX_NAME, Problems
 from shared.engine.operators import DATE_OPS, NUMBER_OPS, OPERATORS, SEMVER_OPS, STRING_OPS
 from shared.wire import body
 from shared.wire import snapshot as w

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import msgspec
 from sqlalchemy import select
@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from control_plane.db.ids import new_id
 from control_plane.db.models import Flag, FlagSetting, Segment
 from control_plane.db.types import utcnow
+from control_plane.domain import validation as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.flags import validation as v
 from control_plane.domain.flags.services import clause_out
@@ -19,7 +20,7 @@ from control_plane.domain.paging import Page, paged
 from control_plane.domain.segments import schemas as s
 from control_plane.errors import conflict, invalid, not_found
 from control_plane.publishing.compiler import segment_snapshot
-from shared.engine import CompileError, validate_segment
+from shared.engine import CompileError, segment_cycle, segments_named, validate_segment
 from shared.wire import snapshot as w
 
 MAX_MEMBERS = 100_000
@@ -49,7 +50,7 @@ def segment_out(row: Segment) -> s.Segment:
     )
 
 
-def _members(problems: v.Problems, field: str, keys: Sequence[str]) -> list[str]:
+def _members(problems: base.Problems, field: str, keys: Sequence[str]) -> list[str]:
     if len(keys) > MAX_MEMBERS:
         problems.add(field, f"at most {MAX_MEMBERS} keys")
     for i, key in enumerate(keys):
@@ -59,7 +60,7 @@ def _members(problems: v.Problems, field: str, keys: Sequence[str]) -> list[str]
 
 
 def _rules(
-    problems: v.Problems, given: Sequence[s.SegmentRuleIn], segment_keys: frozenset[str]
+    problems: base.Problems, given: Sequence[s.SegmentRuleIn], segment_keys: frozenset[str]
 ) -> list[w.SegmentRule]:
     out = []
     for i, rule in enumerate(given):
@@ -117,16 +118,6 @@ async def get_segment(scope: Scope, key: str) -> s.Segment:
     return segment_out(await _row(scope, key))
 
 
-def _nested(rules: Iterable[dict[str, object]] | Iterable[w.SegmentRule]) -> set[str]:
-    found: set[str] = set()
-    for rule in rules:
-        parsed = rule if isinstance(rule, w.SegmentRule) else msgspec.convert(rule, w.SegmentRule)
-        for clause in parsed.clauses:
-            if clause.op == "segmentMatch":
-                found.update(str(x) for x in clause.values)
-    return found
-
-
 def _check_with_engine(row: Segment, others: list[Segment]) -> None:
     """Refuse what the evaluation engine could not compile (regexes, versions, dates)."""
     try:
@@ -136,25 +127,20 @@ def _check_with_engine(row: Segment, others: list[Segment]) -> None:
 
 
 def _check_cycle(key: str, rules: list[w.SegmentRule], others: list[Segment]) -> None:
-    graph = {row.key: _nested(row.rules) for row in others}
-    graph[key] = _nested(rules)
-    stack = [(key, [key])]
-    while stack:
-        node, path = stack.pop()
-        for nxt in graph.get(node, set()):
-            if nxt == key:
-                raise invalid(
-                    "rules",
-                    "segments would refer to each other in a cycle: " + " -> ".join([*path, nxt]),
-                )
-            if nxt not in path:
-                stack.append((nxt, [*path, nxt]))
+    """Refuse rules that would make segments name each other in a cycle (the engine's rule)."""
+    names = {row.key: segments_named(row.rules) for row in others}
+    names[key] = segments_named(rules)
+    cycle = segment_cycle(key, names)
+    if cycle is not None:
+        raise invalid(
+            "rules", "segments would refer to each other in a cycle: " + " -> ".join(cycle)
+        )
 
 
 async def _users(scope: Scope, key: str) -> tuple[list[str], set[str]]:
     """Flags (as 'flag (env)') and environment ids that use segment ``key``, directly or nested."""
     segments = await _all(scope)
-    graph = {row.key: _nested(row.rules) for row in segments}
+    graph = {row.key: segments_named(row.rules) for row in segments}
     rows = await scope.session.execute(
         select(Flag.key, Flag.archived, FlagSetting.environment_id, FlagSetting.rules)
         .join(FlagSetting, FlagSetting.flag_id == Flag.id)
@@ -163,14 +149,8 @@ async def _users(scope: Scope, key: str) -> tuple[list[str], set[str]]:
     flags: list[str] = []
     environments: set[str] = set()
     for flag_key, archived, env_id, rules in rows:
-        direct = {
-            str(value)
-            for rule in rules
-            for clause in rule.get("clauses", [])
-            if clause.get("op") == "segmentMatch"
-            for value in clause.get("values", [])
-        }
-        reach, pending = set(), list(direct)
+        reach: set[str] = set()
+        pending = list(segments_named(rules))
         while pending:
             item = pending.pop()
             if item not in reach:
@@ -189,10 +169,10 @@ async def flags_using(scope: Scope, key: str) -> list[str]:
 
 
 async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
-    problems = v.Problems()
-    v.check_key(problems, "key", body.key)
+    problems = base.Problems()
+    base.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key
-    v.check_name(problems, "name", name)
+    base.check_name(problems, "name", name)
     included = _members(problems, "included", body.included)
     excluded = _members(problems, "excluded", body.excluded)
     others = await _all(scope)
@@ -228,9 +208,9 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
     row = await _row(scope, key)
     await scope.expect_version(Segment, Segment.version, row.version, Segment.id == row.id)
     before = segment_out(row)
-    problems = v.Problems()
+    problems = base.Problems()
     if body.name is not msgspec.UNSET:
-        v.check_name(problems, "name", body.name)
+        base.check_name(problems, "name", body.name)
     included = (
         _members(problems, "included", body.included)
         if body.included is not msgspec.UNSET
@@ -276,7 +256,9 @@ async def delete_segment(scope: Scope, key: str) -> s.Deleted:
     flags, _ = await _users(scope, key)
     if flags:
         raise conflict(f"segment {key!r} is used by the rules of flag(s) {', '.join(flags)}")
-    users = sorted(r.key for r in await _all(scope) if key in _nested(r.rules) and r.key != key)
+    users = sorted(
+        r.key for r in await _all(scope) if key in segments_named(r.rules) and r.key != key
+    )
     if users:
         raise conflict(f"segment {key!r} is used by segment(s) {', '.join(users)}")
     before = segment_out(row)
