@@ -31,7 +31,7 @@ from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.domain.paging import Page, paged
 from control_plane.errors import ApiError, conflict, invalid, not_found
-from control_plane.publishing.compiler import compile_environment, flag_snapshot, segments_for
+from control_plane.publishing.snapshots import compile_environment, flag_snapshot, segments_for
 from shared.engine import (
     CompileError,
     compile_snapshot,

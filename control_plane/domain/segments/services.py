@@ -19,7 +19,7 @@ from control_plane.domain.flags.services import clause_out
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.segments import schemas as s
 from control_plane.errors import conflict, invalid, not_found
-from control_plane.publishing.compiler import segment_snapshot
+from control_plane.publishing.snapshots import segment_snapshot
 from shared.engine import CompileError, segment_cycle, segments_named, validate_segment
 from shared.wire import snapshot as w
 

@@ -1,4 +1,4 @@
-"""The environment compiler decodes flag rows straight into the wire types; the result must be the
+"""The environment snapshots decode flag rows straight into the wire types; the result must be the
 very snapshot ``flag_snapshot`` builds from the same rows loaded as ORM objects."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.db.engine import make_async_engine
 from control_plane.db.models import Environment, Flag, FlagMetric, FlagSetting
-from control_plane.publishing.compiler import compile_environment, flag_snapshot
+from control_plane.publishing.snapshots import compile_environment, flag_snapshot
 from shared.wire import snapshot as w
 from tests.conftest import Api
 from tests.control_plane.test_flags import MULTI, create
