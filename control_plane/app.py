@@ -22,7 +22,6 @@ from litestar.types import ControllerRouterHandler
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.auth import KeyAuthenticationMiddleware
-from control_plane.bootstrap import IssuedKey, bootstrap
 from control_plane.console.routes import TEMPLATES, console_router
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
@@ -41,6 +40,7 @@ from control_plane.domain.segments.controllers import SegmentController
 from control_plane.domain.webhooks.controllers import WebhookController
 from control_plane.domain.webhooks.dispatcher import Dispatcher, DispatchSettings
 from control_plane.domain.webhooks.outbox import OUTBOX
+from control_plane.entry.bootstrap import IssuedKey, bootstrap
 from control_plane.errors import ERROR_RESPONSES, EXCEPTION_HANDLERS, etag
 from control_plane.health import healthz, metrics, readyz
 from control_plane.publishing.hub import Hub, run_reconciler

@@ -21,8 +21,8 @@ from litestar.testing import TestClient
 from psycopg import OperationalError
 
 from control_plane.app import create_app
-from control_plane.bootstrap import IssuedKey
 from control_plane.db import migrate
+from control_plane.entry.bootstrap import IssuedKey
 from control_plane.settings import Settings
 from tests import processes
 

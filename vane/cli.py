@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 RELAY = "relay.cli"
-CONTROL_PLANE = "control_plane.cli"
+CONTROL_PLANE = "control_plane.entry.cli"
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": (CONTROL_PLANE, "run a control plane and a relay together (SQLite by default)"),

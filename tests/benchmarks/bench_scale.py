@@ -7,7 +7,7 @@ Run from the repository root::
 
 The flags are written into a fresh SQLite database in-process, through the control plane's own
 service functions (``control_plane.domain.flags.services``: ``create_flag``, ``put_settings``,
-``put_rules`` in ``control_plane.cli.in_project`` transactions — the same validation, audit and
+``put_rules`` in ``control_plane.entry.cli.in_project`` transactions — the same validation, audit and
 version bumps as the API, minus HTTP), before any process starts. Each flag is the peer workload's
 shape: boolean, enabled, rule ``country in [5 of 10 countries]`` → true, fallthrough 50/50 by key.
 
@@ -48,14 +48,14 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from control_plane.bootstrap import bootstrap
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
 from control_plane.db.models import Environment
 from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services as flags
-from control_plane.oneshot import in_project
+from control_plane.entry.bootstrap import bootstrap
+from control_plane.entry.oneshot import in_project
 from control_plane.publishing.snapshots import compile_environment
 from relay.store import gc_paused
 from shared.engine import compile_snapshot
@@ -136,7 +136,7 @@ def _cache_key(count: int) -> str:
         *(REPO / "control_plane/db/migrations/versions").glob("*.py"),
         REPO / "control_plane/db/models.py",
         REPO / "control_plane/domain/common.py",
-        REPO / "control_plane/bootstrap.py",
+        REPO / "control_plane/entry/bootstrap.py",
     ]
     for path in sorted(sources):
         digest.update(path.name.encode() + path.read_bytes())

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.cli import main
+from control_plane.entry.cli import main
 from tests.processes import VANE, Process, free_port, wait_http_ok
 
 

@@ -10,7 +10,7 @@ import pytest
 from litestar.testing import TestClient
 
 from control_plane.app import create_app
-from control_plane.bootstrap import IssuedKey
+from control_plane.entry.bootstrap import IssuedKey
 from control_plane.settings import Settings
 from tests.conftest import Api
 from tests.e2e.test_relays import eventually as relays_eventually

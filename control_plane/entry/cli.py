@@ -18,7 +18,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.auth import KeyKind
-from control_plane.bootstrap import IssuedKey, bootstrap
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
 from control_plane.db.models import Flag
@@ -28,10 +27,11 @@ from control_plane.domain.coderefs.scanner import CodeRef, scan_tree
 from control_plane.domain.common import Scope
 from control_plane.domain.keys import schemas as key_schemas
 from control_plane.domain.keys import services as keys
+from control_plane.entry.bootstrap import IssuedKey, bootstrap
+from control_plane.entry.oneshot import database_url as _database_url
+from control_plane.entry.oneshot import in_project
+from control_plane.entry.up import cmd_up as run_up
 from control_plane.errors import ApiError
-from control_plane.oneshot import database_url as _database_url
-from control_plane.oneshot import in_project
-from control_plane.up import cmd_up as run_up
 
 
 def print_issued(issued: Sequence[IssuedKey], out: Any = sys.stdout) -> None:

@@ -23,11 +23,11 @@ import httpx
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.auth import find_principal
-from control_plane.bootstrap import IssuedKey
 from control_plane.db.engine import make_async_engine
 from control_plane.domain.keys import schemas as key_schemas
 from control_plane.domain.keys import services as keys
-from control_plane.oneshot import in_project
+from control_plane.entry.bootstrap import IssuedKey
+from control_plane.entry.oneshot import in_project
 
 KEYS_FILE = Path(".vane/first-keys.json")
 LOG_DIR = Path(".vane/logs")
@@ -151,7 +151,7 @@ def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
             python,
             "-P",
             "-m",
-            "control_plane.cli",
+            "control_plane.entry.cli",
             "control-plane",
             "--host",
             args.host,
