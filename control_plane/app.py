@@ -33,7 +33,7 @@ from control_plane.domain.events.controllers import EventController
 from control_plane.domain.experiments.controllers import ExperimentController
 from control_plane.domain.flags.controllers import FlagController
 from control_plane.domain.keys.controllers import KeyController
-from control_plane.domain.metrics.controllers import MetricController
+from control_plane.domain.metrics.controllers import FlagMetricController, MetricController
 from control_plane.domain.schedules.controllers import ScheduleController
 from control_plane.domain.schedules.runner import ScheduleRunner
 from control_plane.domain.segments.controllers import SegmentController
@@ -61,6 +61,7 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     CodeRefController,
     EventController,
     MetricController,
+    FlagMetricController,
     ExperimentController,
     ScheduleController,
     WebhookController,

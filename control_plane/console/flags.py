@@ -35,6 +35,7 @@ from control_plane.domain.common import Scope
 from control_plane.domain.environments import services as environments
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services
+from control_plane.domain.metrics import flag_metrics
 from control_plane.domain.paging import MAX_LIMIT
 from control_plane.domain.schedules import schemas as schedules_s
 from control_plane.domain.schedules import services as schedules
@@ -439,7 +440,7 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
     targets = {t.variation: forms.lines_of(t.values) for t in settings.targets}
     planned = await schedules.list_schedules(scope, key, current, None, limit=50, cursor=None)
     references = await coderefs.refs_of_flag(scope, key)
-    attached = await services.flag_metric_keys(scope, key)
+    attached = await flag_metrics.flag_metric_keys(scope, key)
     prerequisites = [{"key": p.key, "variation": p.variation} for p in settings.prerequisites]
     prerequisites += [{"key": "", "variation": ""}] * max(0, PREREQUISITE_ROWS - len(prerequisites))
     return {

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from control_plane.db.engine import make_async_engine
 from control_plane.db.migrate import upgrade
-from control_plane.domain.experiments.results import MetricDef, analyse_subject
+from control_plane.domain.results.subject import MetricDef, analyse_subject
 from tests.benchmarks.common import Row, print_table
 from tests.conftest import POSTGRES_URL, PostgresDatabases
 

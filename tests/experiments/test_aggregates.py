@@ -16,8 +16,8 @@ from control_plane.analysis.moments import Moments
 from control_plane.db.engine import make_async_engine
 from control_plane.db.migrate import upgrade
 from control_plane.db.models import Event, Exposure, Project
-from control_plane.domain.experiments import aggregates
-from control_plane.domain.experiments.aggregates import (
+from control_plane.domain.results import aggregates
+from control_plane.domain.results.aggregates import (
     CUPED_WINDOW_MS,
     ArmAggregate,
     MetricSpec,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from control_plane.analysis import Moments, SequentialBounds, analyse, moments_from_values
-from control_plane.domain.experiments import aggregates
+from control_plane.domain.results import aggregates
 from tests.conftest import Api
 from tests.experiments.seed import BASE_MS, DAY_MS, create_experiment, metric, seed_rows
 

@@ -18,9 +18,9 @@ from control_plane.domain import validation as v
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import cta, decisions
 from control_plane.domain.experiments import schemas as s
-from control_plane.domain.experiments.cache import cached
-from control_plane.domain.experiments.results import MetricDef
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.results.cache import cached
+from control_plane.domain.results.subject import MetricDef
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
 from shared.engine.experiments import choose_variant, thresholds, url_matches
 from shared.wire.snapshot import WEIGHT_SCALE
@@ -521,7 +521,7 @@ async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.Metr
 async def _metric_defs(scope: Scope, row: Experiment) -> tuple[MetricDef, list[MetricDef]]:
     """The primary metric (the ``goal`` as a conversion metric when none is set) and the
     guardrails."""
-    from control_plane.domain.experiments.results import MetricDef
+    from control_plane.domain.results.subject import MetricDef
 
     ids = [i for i in [row.primary_metric_id, *row.guardrail_metric_ids] if i]
     by_id = (
@@ -546,9 +546,9 @@ async def _metric_defs(scope: Scope, row: Experiment) -> tuple[MetricDef, list[M
 async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Timeseries:
     """Cumulative results per UTC day of one metric (the primary unless ``metric`` names a
     guardrail), with the experiment's engine and capping."""
-    from control_plane.domain.experiments.aggregates import MetricSpec, percentile_cap
-    from control_plane.domain.experiments.results import ALPHA, capping_block, metric_specs
-    from control_plane.domain.experiments.timeseries import (
+    from control_plane.domain.results.aggregates import MetricSpec, percentile_cap
+    from control_plane.domain.results.subject import ALPHA, capping_block, metric_specs
+    from control_plane.domain.results.timeseries import (
         DayIncrement,
         cumulative_days,
         day_increments,
@@ -608,7 +608,7 @@ async def with_results(
 ) -> s.ExperimentWithResults:
     """The experiment and its results against its metrics (``goal`` as conversion if none);
     ``target_effect`` (relative) is the effect whose sample size the power block estimates."""
-    from control_plane.domain.experiments.results import DEFAULT_TARGET_EFFECT, analyse_subject
+    from control_plane.domain.results.subject import DEFAULT_TARGET_EFFECT, analyse_subject
 
     if target_effect is not None and not (
         math.isfinite(target_effect) and MIN_RELATIVE_EFFECT <= abs(target_effect) <= 10

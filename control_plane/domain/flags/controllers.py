@@ -111,23 +111,6 @@ class FlagController(Controller):
         where = AuditFilter(resource_type="flag", resource_key=key)
         return await audit_trail.entries(ctx, where, limit=limit, cursor=cursor)
 
-    @put(
-        "/{key:str}/metrics",
-        dto=StrictBody[s.FlagMetricsIn],
-        return_dto=None,
-        summary="Attach metrics to a flag (relays then report its exposures)",
-    )
-    async def set_metrics(
-        self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.FlagMetricsIn]
-    ) -> s.FlagMetrics:
-        return await services.set_flag_metrics(ctx, key, data)
-
-    @get("/{key:str}/metrics", summary="Results of the flag's metrics per variation")
-    async def metrics(
-        self, ctx: Ctx, key: FromPath[str], baseline: FromQuery[int | None] = None
-    ) -> s.FlagMetrics:
-        return await services.flag_metric_results(ctx, key, baseline)
-
     @get("/{key:str}/environments/{env:str}", summary="A flag's settings in one environment")
     async def get_settings(
         self, ctx: Ctx, key: FromPath[str], env: FromPath[str]

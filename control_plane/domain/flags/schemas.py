@@ -112,17 +112,6 @@ class RulesIn(ApiIn):
     rules: list[RuleIn]
 
 
-class FlagMetricsIn(ApiIn):
-    metrics: list[str]  # metric keys or ids
-
-
-class FlagMetrics(ApiOut):
-    flag: str
-    metrics: list[str]
-    baseline: int | None = None
-    results: list[Any] | None = None
-
-
 class EvaluateIn(ApiIn):
     context: dict[str, Any]
 

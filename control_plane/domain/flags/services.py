@@ -21,7 +21,6 @@ from control_plane.db.models import (
     Flag,
     FlagMetric,
     FlagSetting,
-    Metric,
     Segment,
 )
 from control_plane.db.types import utcnow
@@ -157,7 +156,8 @@ def _new_rule_id() -> str:
 # --- reads -----------------------------------------------------------------------------------------
 
 
-async def _flag(scope: Scope, key: str) -> Flag:
+async def find_flag(scope: Scope, key: str) -> Flag:
+    """The project's flag ``key`` (archived or not), or 404."""
     flag = await scope.session.scalar(
         select(Flag).where(Flag.project_id == scope.project_id, Flag.key == key)
     )
@@ -249,14 +249,14 @@ async def list_flags(
 
 
 async def get_flag(scope: Scope, key: str) -> s.Flag:
-    flag = await _flag(scope, key)
+    flag = await find_flag(scope, key)
     return flag_out(flag, (await _settings_of(scope, [flag.id]))[flag.id])
 
 
 async def flag_setting(
     scope: Scope, key: str, env_key: str
 ) -> tuple[Flag, Environment, FlagSetting]:
-    flag = await _flag(scope, key)
+    flag = await find_flag(scope, key)
     env = await scope.environment(env_key)
     setting = await scope.session.get(FlagSetting, (flag.id, env.id))
     if setting is None:  # every flag has a row per environment; this guards a broken database
@@ -278,7 +278,7 @@ async def get_rules(scope: Scope, key: str, env_key: str) -> s.Rules:
 
 async def preview(scope: Scope, key: str, env_key: str, context: dict[str, Any]) -> s.Preview:
     """Evaluate ``key`` for ``context`` exactly as a relay holding the current snapshot would."""
-    await _flag(scope, key)  # 404 for an unknown flag; an archived one is FLAG_NOT_FOUND below
+    await find_flag(scope, key)  # 404 for an unknown flag; an archived one is FLAG_NOT_FOUND below
     env = await scope.environment(env_key)
     compiled = compile_snapshot(await compile_environment(scope.session, env))
     result = evaluate(compiled, key, context, time.time_ns() // 1_000_000)
@@ -363,7 +363,7 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
 
 
 async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
-    flag = await _flag(scope, key)
+    flag = await find_flag(scope, key)
     await _expect_flag(scope, flag)
     before = await get_flag(scope, key)
     problems = base.Problems()
@@ -385,7 +385,7 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
     if variations is not None:
         flag.variations = [_stored(x) for x in variations]
     if (flag.bucket_by, flag.variations) != served:
-        await _touch_all_settings(scope, flag)  # what relays serve changed: republish
+        await touch_all_settings(scope, flag)  # what relays serve changed: republish
     unchanged = (flag.name, flag.description, list(flag.tags), flag.temporary, flag.client_side)
     if body.name is not msgspec.UNSET:
         flag.name = body.name
@@ -397,7 +397,7 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
         flag.temporary = body.temporary
     if body.client_side is not msgspec.UNSET and body.client_side != flag.client_side:
         flag.client_side = body.client_side
-        await _touch_all_settings(scope, flag)  # who may see the flag changed: republish
+        await touch_all_settings(scope, flag)  # who may see the flag changed: republish
     if (
         flag.name,
         flag.description,
@@ -483,7 +483,9 @@ async def _edited_variations(
     return v.variations(problems, flag.type, numbered)
 
 
-async def _touch_all_settings(scope: Scope, flag: Flag) -> None:
+async def touch_all_settings(scope: Scope, flag: Flag) -> None:
+    """A new version of each of the flag's settings, to publish (what it serves is unchanged,
+    what relays report of it is not: its exposures are tracked once it has metrics)."""
     settings = list(
         await scope.session.scalars(select(FlagSetting).where(FlagSetting.flag_id == flag.id))
     )
@@ -496,7 +498,7 @@ async def _touch_all_settings(scope: Scope, flag: Flag) -> None:
 
 async def delete_flag(scope: Scope, key: str) -> s.FlagDeleted:
     """Delete an archived flag for good (its settings, attached metrics and exposures too)."""
-    flag = await _flag(scope, key)
+    flag = await find_flag(scope, key)
     await _expect_flag(scope, flag)
     if not flag.archived:
         raise conflict(f"flag {key!r} is not archived: archive it before deleting it")
@@ -542,7 +544,7 @@ async def _dependents(scope: Scope, flag_key: str) -> list[tuple[str, str]]:
 
 
 async def archive_flag(scope: Scope, key: str) -> s.Flag:
-    flag = await _flag(scope, key)
+    flag = await find_flag(scope, key)
     await _expect_flag(scope, flag)
     if flag.archived:
         raise conflict(f"flag {key!r} is already archived")
@@ -554,7 +556,7 @@ async def archive_flag(scope: Scope, key: str) -> s.Flag:
     flag.archived = True
     flag.archived_at = flag.updated_at = utcnow()
     flag.version += 1
-    await _touch_all_settings(scope, flag)
+    await touch_all_settings(scope, flag)
     await scope.session.flush()
     after = await get_flag(scope, key)
     scope.audit("flag.archive", "flag", key, before=before, after=after)
@@ -562,7 +564,7 @@ async def archive_flag(scope: Scope, key: str) -> s.Flag:
 
 
 async def restore_flag(scope: Scope, key: str) -> s.Flag:
-    flag = await _flag(scope, key)
+    flag = await find_flag(scope, key)
     await _expect_flag(scope, flag)
     if not flag.archived:
         raise conflict(f"flag {key!r} is not archived")
@@ -571,7 +573,7 @@ async def restore_flag(scope: Scope, key: str) -> s.Flag:
     flag.archived_at = None
     flag.updated_at = utcnow()
     flag.version += 1
-    await _touch_all_settings(scope, flag)
+    await touch_all_settings(scope, flag)
     await scope.session.flush()
     after = await get_flag(scope, key)
     scope.audit("flag.restore", "flag", key, before=before, after=after)
@@ -769,95 +771,3 @@ async def _check_with_engine(
         validate_flag(flag_snapshot(flag, setting), segments, others)
     except CompileError as exc:
         raise invalid(exc.path or "body", exc.message) from exc
-
-
-async def flag_metric_keys(scope: Scope, key: str) -> list[str]:
-    """The keys of the metrics attached to flag ``key``, in key order."""
-    flag = await _flag(scope, key)
-    return sorted(
-        await scope.session.scalars(
-            select(Metric.key)
-            .join(FlagMetric, FlagMetric.metric_id == Metric.id)
-            .where(FlagMetric.flag_id == flag.id)
-        )
-    )
-
-
-async def set_flag_metrics(scope: Scope, key: str, body: s.FlagMetricsIn) -> s.FlagMetrics:
-    """Attach metrics to a flag (replacing the set); relays then report its exposures."""
-    from control_plane.domain.metrics.services import find as find_metric
-
-    flag = await _flag(scope, key)
-    problems = base.Problems()
-    metrics: list[Metric] = []
-    for i, ref in enumerate(body.metrics):
-        metric = await find_metric(scope, ref)
-        if metric is None:
-            problems.add(f"metrics[{i}]", f"unknown metric {ref!r}")
-        elif metric.id in {m.id for m in metrics}:
-            problems.add(f"metrics[{i}]", f"{ref!r} is listed twice")
-        else:
-            metrics.append(metric)
-    problems.raise_if_any()
-    before = [
-        r.metric_id
-        for r in await scope.session.scalars(
-            select(FlagMetric).where(FlagMetric.flag_id == flag.id)
-        )
-    ]
-    await scope.session.execute(delete(FlagMetric).where(FlagMetric.flag_id == flag.id))
-    scope.session.add_all(
-        FlagMetric(flag_id=flag.id, metric_id=m.id, position=i) for i, m in enumerate(metrics)
-    )
-    await scope.session.flush()
-    if bool(before) != bool(metrics):
-        await _touch_all_settings(scope, flag)  # exposure tracking switched on or off
-    scope.audit(
-        "flag.metrics",
-        "flag",
-        key,
-        before={"metrics": before},
-        after={"metrics": [m.key for m in metrics]},
-    )
-    return s.FlagMetrics(flag=key, metrics=[m.key for m in metrics])
-
-
-async def flag_metric_results(scope: Scope, key: str, baseline: int | None) -> s.FlagMetrics:
-    """Each attached metric analysed per variation, against the baseline variation."""
-    from control_plane.domain.experiments.results import MetricDef, analyse_subject
-
-    flag = await _flag(scope, key)
-    rows = await scope.session.execute(
-        select(Metric)
-        .join(FlagMetric, FlagMetric.metric_id == Metric.id)
-        .where(FlagMetric.flag_id == flag.id)
-        .order_by(FlagMetric.position)
-    )
-    metrics = [MetricDef.of(m) for m in rows.scalars()]
-    idxs = sorted(variation_indexes(flag))
-    if baseline is None:
-        off = [int(x["idx"]) for x in flag.variations if x["value"] is False]
-        baseline = off[0] if flag.type == "boolean" and off else idxs[0]
-    elif baseline not in idxs:
-        raise invalid("baseline", f"no variation has idx {baseline}")
-    results = [
-        await analyse_subject(
-            scope.session,
-            scope.project_id,
-            kind="flag",
-            subject=flag.key,
-            arms=[str(baseline), *(str(i) for i in idxs if i != baseline)],
-            control=str(baseline),
-            weights=None,
-            primary=metric,
-            guardrails=[],
-            engine="frequentist",
-            cuped=False,
-        )
-        for metric in metrics
-    ]
-    for result in results:
-        result.pop("srm", None)  # flag rollouts need not be even: no sample-ratio check
-    return s.FlagMetrics(
-        flag=key, metrics=[m.key for m in metrics], baseline=baseline, results=results
-    )

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, delete, get, patch, post
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar import Controller, delete, get, patch, post, put
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx, IfMatch
+from control_plane.domain.metrics import flag_metrics, services
 from control_plane.domain.metrics import schemas as s
-from control_plane.domain.metrics import services
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.errors import StrictBody
 
@@ -66,3 +66,28 @@ class MetricController(Controller):
         self, ctx: Ctx, id_or_key: FromPath[str], if_match: IfMatch = None
     ) -> s.Deleted:
         return await services.delete_metric(ctx, id_or_key)
+
+
+class FlagMetricController(Controller):
+    """A flag's metrics (``/flags/{key}/metrics``): metrics' own, beside the flag's routes."""
+
+    path = "/flags"
+    tags = ["flags"]
+    guards = [requires(KeyKind.MANAGEMENT)]
+
+    @put(
+        "/{key:str}/metrics",
+        dto=StrictBody[s.FlagMetricsIn],
+        return_dto=None,
+        summary="Attach metrics to a flag (relays then report its exposures)",
+    )
+    async def set_metrics(
+        self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.FlagMetricsIn]
+    ) -> s.FlagMetrics:
+        return await flag_metrics.set_flag_metrics(ctx, key, data)
+
+    @get("/{key:str}/metrics", summary="Results of the flag's metrics per variation")
+    async def metrics(
+        self, ctx: Ctx, key: FromPath[str], baseline: FromQuery[int | None] = None
+    ) -> s.FlagMetrics:
+        return await flag_metrics.flag_metric_results(ctx, key, baseline)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from msgspec import UNSET, UnsetType
 
@@ -77,3 +77,14 @@ class Deleted(ApiOut):
     id: str
     key: str
     deleted: bool
+
+
+class FlagMetricsIn(ApiIn):
+    metrics: list[str]  # metric keys or ids
+
+
+class FlagMetrics(ApiOut):
+    flag: str
+    metrics: list[str]
+    baseline: int | None = None
+    results: list[Any] | None = None

@@ -7,7 +7,7 @@ value y_d and its previous value y_{d-1} = y_d - Δy, and every sufficient stati
     Σ_units (y(D) - k)² = Σ_{days d ≤ D} Σ_units (y_d - y_{d-1})(y_d + y_{d-1} - 2k)
 
 (likewise y, z, z², yz, with capping applied to the running value: min(y_d, cap)), about the
-same shift k as the results (see :func:`~control_plane.domain.experiments.aggregates.with_shifts`;
+same shift k as the results (see :func:`~control_plane.domain.results.aggregates.with_shifts`;
 written as a product so that large values do not cancel). So the query
 returns per arm and day the increments of n (exposures that day), Σy, Σy², Σz, Σz², Σyz and the
 units converting that day; Python adds them up day by day and runs the experiment's engine on
@@ -28,7 +28,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from control_plane.analysis import Moments, SequentialBounds, analyse
 from control_plane.db.models import Event, Exposure
-from control_plane.domain.experiments.aggregates import (
+from control_plane.domain.results.aggregates import (
     MetricSpec,
     Shift,
     capped,

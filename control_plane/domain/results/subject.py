@@ -28,12 +28,12 @@ from control_plane.analysis import (
 from control_plane.analysis.power import DEFAULT_POWER as POWER
 from control_plane.analysis.power import minimum_detectable_effect, units_per_arm
 from control_plane.db.models import Metric, SequentialLook
-from control_plane.domain.experiments.aggregates import (
+from control_plane.domain.results.aggregates import (
     ArmAggregate,
     MetricSpec,
     arm_moments,
 )
-from control_plane.domain.experiments.cache import cached
+from control_plane.domain.results.cache import cached
 
 ALPHA = 0.05
 CAPPED = ("sum", "mean")
