@@ -117,19 +117,24 @@ def serve_form(serve: s.Serve) -> tuple[str, dict[int, str], str]:
     return str(serve.variation), {}, ""
 
 
+def clauses_from_api(clauses: list[s.Clause]) -> list[ClauseForm]:
+    """A rule's clauses (a flag's or a segment's) for the editor."""
+    return [
+        ClauseForm(
+            attribute=c.attribute if isinstance(c.attribute, str) else "",
+            op=c.op,
+            values=lines_of(c.values),
+            negate=c.negate,
+        )
+        for c in clauses
+    ]
+
+
 def rules_from_api(rules: list[s.Rule]) -> list[RuleForm]:
     out = []
     for rule in rules:
         choice, weights, bucket = serve_form(rule.serve)
-        clauses = [
-            ClauseForm(
-                attribute=c.attribute if isinstance(c.attribute, str) else "",
-                op=c.op,
-                values=lines_of(c.values),
-                negate=c.negate,
-            )
-            for c in rule.clauses
-        ]
+        clauses = clauses_from_api(rule.clauses)
         out.append(RuleForm(rule.id, rule.description, clauses, choice, weights, bucket))
     return out
 
@@ -169,15 +174,7 @@ def segment_rules_from_api(rules: list[seg_s.SegmentRule]) -> list[RuleForm]:
     return [
         RuleForm(
             id=rule.id,
-            clauses=[
-                ClauseForm(
-                    attribute=c.attribute if isinstance(c.attribute, str) else "",
-                    op=c.op,
-                    values=lines_of(c.values),
-                    negate=c.negate,
-                )
-                for c in rule.clauses
-            ],
+            clauses=clauses_from_api(rule.clauses),
             weight="" if rule.weight is None else f"{rule.weight:g}",
             bucket_by=rule.bucket_by or "",
         )
