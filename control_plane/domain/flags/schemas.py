@@ -9,6 +9,12 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from control_plane.domain.schemas import ApiIn, ApiOut
+from control_plane.domain.targeting.schemas import Clause as Clause
+from control_plane.domain.targeting.schemas import ClauseIn as ClauseIn
+from control_plane.domain.targeting.schemas import Serve as Serve
+from control_plane.domain.targeting.schemas import ServeIn as ServeIn
+from control_plane.domain.targeting.schemas import Weight as Weight
+from control_plane.domain.targeting.schemas import WeightIn as WeightIn
 
 FlagType = Literal["boolean", "string", "number", "json"]
 
@@ -50,19 +56,6 @@ class FlagDeleted(ApiOut):
     deleted: bool
 
 
-class WeightIn(ApiIn):
-    idx: int
-    weight: float  # percent, up to 3 decimals
-
-
-class ServeIn(ApiIn):
-    """``{variation: idx}`` or ``{rollout: [{idx, weight}]}`` — exactly one."""
-
-    variation: int | None = None
-    rollout: list[WeightIn] | None = None
-    bucket_by: str | None = None
-
-
 class TargetIn(ApiIn):
     variation: int
     values: list[str]
@@ -85,16 +78,6 @@ class EnvironmentSettingsIn(ApiIn):
 
 class ToggleIn(ApiIn):
     enabled: bool
-
-
-class ClauseIn(ApiIn):
-    """``{attribute, op, values, negate}`` or ``{segment, op: "segmentMatch"}``."""
-
-    op: str | None = None
-    attribute: str | None = None
-    values: list[Any] | None = None
-    segment: str | None = None
-    negate: bool = False
 
 
 class RuleIn(ApiIn):
@@ -123,24 +106,6 @@ class Variation(ApiOut):
     idx: int
     value: Any
     name: str
-
-
-class Weight(ApiOut):
-    idx: int
-    weight: float | int
-
-
-class Serve(ApiOut):
-    variation: int | UnsetType | None = UNSET
-    rollout: list[Weight] | UnsetType = UNSET
-    bucket_by: str | UnsetType = UNSET
-
-
-class Clause(ApiOut):
-    op: str
-    values: list[Any]
-    attribute: str | UnsetType = UNSET
-    negate: bool = False
 
 
 class Rule(ApiOut):

@@ -25,10 +25,12 @@ from control_plane.db.models import (
 )
 from control_plane.db.types import utcnow
 from control_plane.domain import validation as base
-from control_plane.domain.common import Scope, percent
+from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.targeting import validation as targeting
+from control_plane.domain.targeting.schemas import clause_out, serve_out
 from control_plane.errors import ApiError, conflict, invalid, not_found
 from control_plane.publishing.snapshots import compile_environment, flag_snapshot, segments_for
 from shared.engine import (
@@ -54,25 +56,6 @@ def _wire(value: Any, kind: type[Any]) -> Any:
 
 def _stored(value: Any) -> Any:
     return msgspec.to_builtins(value)
-
-
-def serve_out(stored: dict[str, Any]) -> s.Serve:
-    served: w.Serve = _wire(stored, w.Serve)
-    if served.rollout is not None:
-        return s.Serve(
-            rollout=[s.Weight(idx=i.idx, weight=percent(i.weight)) for i in served.rollout],
-            bucket_by=served.bucket_by if served.bucket_by else msgspec.UNSET,
-        )
-    return s.Serve(variation=served.variation)
-
-
-def clause_out(clause: w.Clause) -> s.Clause:
-    return s.Clause(
-        op=clause.op,
-        values=list(clause.values),
-        attribute=clause.attribute if clause.attribute is not None else msgspec.UNSET,
-        negate=clause.negate,
-    )
 
 
 def rules_out(stored: list[dict[str, Any]]) -> list[s.Rule]:
@@ -667,7 +650,7 @@ async def put_settings(
     if body.off_variation is not msgspec.UNSET and body.off_variation not in idxs:
         problems.add("offVariation", f"no variation has idx {body.off_variation}")
     fallthrough = (
-        v.serve(problems, "fallthrough", body.fallthrough, idxs)
+        targeting.serve(problems, "fallthrough", body.fallthrough, idxs)
         if body.fallthrough is not msgspec.UNSET
         else None
     )

@@ -25,8 +25,9 @@ from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Actor, Hooks, Scope
 from control_plane.domain.flags import services as flags
-from control_plane.domain.flags.schemas import EnvironmentSettingsIn, ServeIn
+from control_plane.domain.flags.schemas import EnvironmentSettingsIn
 from control_plane.domain.schedules.services import schedule_out
+from control_plane.domain.targeting.schemas import ServeIn
 from control_plane.errors import ApiError
 from control_plane.publishing.change import Change
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from msgspec import UNSET, UnsetType
 
-from control_plane.domain.flags.schemas import ServeIn
 from control_plane.domain.schemas import ApiIn, ApiOut
+from control_plane.domain.targeting.schemas import ServeIn
 
 
 class ScheduleIn(ApiIn):

@@ -13,10 +13,10 @@ from control_plane.db.ids import new_id
 from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
-from control_plane.domain.flags import validation as v
 from control_plane.domain.flags.services import flag_setting, refuse_archived, variation_indexes
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.schedules import schemas as s
+from control_plane.domain.targeting import validation as targeting
 from control_plane.domain.validation import Problems
 from control_plane.errors import ApiError, not_found
 
@@ -55,7 +55,7 @@ async def create(scope: Scope, key: str, env_key: str, body: s.ScheduleIn) -> s.
         problems.add("enabled", "give exactly one of enabled (a toggle) or fallthrough (a rollout)")
     fallthrough = None
     if body.fallthrough is not None:
-        v.serve(problems, "fallthrough", body.fallthrough, variation_indexes(flag))
+        targeting.serve(problems, "fallthrough", body.fallthrough, variation_indexes(flag))
         given = msgspec.to_builtins(body.fallthrough)
         fallthrough = {k: value for k, value in given.items() if value is not None}
     problems.raise_if_any()

@@ -5,8 +5,8 @@ from datetime import datetime
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from control_plane.domain.flags.schemas import Clause, ClauseIn
 from control_plane.domain.schemas import ApiIn, ApiOut
+from control_plane.domain.targeting.schemas import Clause, ClauseIn
 
 
 class SegmentRuleIn(ApiIn):

@@ -14,10 +14,10 @@ from control_plane.db.models import Flag, FlagSetting, Segment
 from control_plane.db.types import utcnow
 from control_plane.domain import validation as base
 from control_plane.domain.common import Scope, percent
-from control_plane.domain.flags import validation as v
-from control_plane.domain.flags.services import clause_out
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.segments import schemas as s
+from control_plane.domain.targeting import validation as targeting
+from control_plane.domain.targeting.schemas import clause_out
 from control_plane.errors import conflict, invalid, not_found
 from control_plane.publishing.snapshots import segment_snapshot
 from shared.engine import CompileError, segment_cycle, segments_named, validate_segment
@@ -68,7 +68,7 @@ def _rules(
         if not rule.clauses:
             problems.add(f"{field}.clauses", "a rule needs at least one clause")
         clauses = tuple(
-            v.clause(problems, f"{field}.clauses[{j}]", c, segment_keys)
+            targeting.clause(problems, f"{field}.clauses[{j}]", c, segment_keys)
             for j, c in enumerate(rule.clauses)
         )
         weight = None
