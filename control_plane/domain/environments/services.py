@@ -14,9 +14,9 @@ from control_plane.db.types import utcnow
 from control_plane.domain import validation as v
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.environments import schemas as s
-from control_plane.domain.flags.validation import default_serving
 from control_plane.domain.keys.services import revoke_key
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.targeting.validation import default_serving
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
 

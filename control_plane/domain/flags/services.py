@@ -297,7 +297,7 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
     variations = v.variations(problems, body.type, body.variations)
     problems.raise_if_any()
 
-    on_idx, off_idx = v.default_serving(body.type, variations)
+    on_idx, off_idx = targeting.default_serving(body.type, variations)
     now = utcnow()
     flag = Flag(
         id=new_id("flg"),

@@ -105,15 +105,6 @@ def _default_name(flag_type: str, value: Any, idx: int) -> str:
     return f"variation {idx}"
 
 
-def default_serving(flag_type: str, vs: Sequence[w.Variation]) -> tuple[int, int]:
-    """(fallthrough idx, off idx) for a new flag: true/false for booleans, first/last otherwise."""
-    if flag_type == "boolean":
-        on = next(v.idx for v in vs if v.value is True)
-        off = next(v.idx for v in vs if v.value is False)
-        return on, off
-    return vs[0].idx, vs[-1].idx
-
-
 def rules(
     problems: Problems,
     given: Sequence[s.RuleIn],

@@ -151,3 +151,12 @@ def _value_ok(op: str, value: Any) -> bool:
     if family == "date":
         return isinstance(value, str) or body.number_in_range(value)
     return isinstance(value, str | bool) or body.number_in_range(value)
+
+
+def default_serving(flag_type: str, vs: Sequence[w.Variation]) -> tuple[int, int]:
+    """(fallthrough idx, off idx) for a new flag, or a flag in a new environment: true/false for booleans, first/last otherwise."""
+    if flag_type == "boolean":
+        on = next(v.idx for v in vs if v.value is True)
+        off = next(v.idx for v in vs if v.value is False)
+        return on, off
+    return vs[0].idx, vs[-1].idx
