@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Annotated, Any
@@ -16,6 +17,8 @@ from control_plane.auth import Principal, request_session
 from control_plane.db import ingest
 from control_plane.domain.common import Actor, Scope
 from control_plane.publishing.publisher import Publisher
+
+logger = logging.getLogger("vane.control_plane")
 
 
 async def provide_scope(
@@ -63,11 +66,18 @@ async def unit_of_work(
             await session.rollback()
             raise
         await session.commit()
-        if scope.events_written:
-            await ingest.advance(session)
         if scope.change:
             publisher: Publisher = state.publisher
             publisher.publish(scope.change)
+        if scope.events_written:
+            try:
+                await ingest.advance(session)
+            except Exception:  # the write is committed and answered; only the cache is behind
+                logger.warning(
+                    "events were written but the ingest generation did not move on: results "
+                    "computed before may be shown until the next write",
+                    exc_info=True,
+                )
 
 
 IfMatch = Annotated[

@@ -117,3 +117,25 @@ def test_a_write_through_one_replica_shows_in_the_next_view_of_another(
         second.process.stop()
         first.process.stop()
         postgres_databases.drop(database)
+
+
+def test_a_write_is_answered_and_published_even_when_the_generation_cannot_move(
+    tmp_path: Path,
+) -> None:
+    """The generation moves on after the commit: if that fails, the committed write is still
+    answered as a success and its change still published; only the results cache is behind."""
+    database = tmp_path / "vane.db"
+    cp = start_control_plane(f"sqlite:///{database}", tmp_path)
+    try:
+        assert cp.api("POST", "/flags", {"key": "gone-soon"}).status_code == 201
+        assert cp.api("POST", "/flags/gone-soon/archive").status_code == 200
+        with sqlite3.connect(database) as connection:
+            connection.execute("DROP TABLE ingest_generation")
+        answer = cp.api("POST", "/track", {"unit": "u1", "event": "purchase", "value": 5})
+        assert answer.status_code == 200, answer.text
+        assert [e["unit"] for e in cp.api("GET", "/events").json()["events"]] == ["u1"]
+        deleted = cp.api("DELETE", "/flags/gone-soon")  # writes events: deletes its exposures
+        assert deleted.status_code == 200, deleted.text
+        assert cp.api("GET", "/flags/gone-soon").status_code == 404
+    finally:
+        cp.process.stop()
