@@ -554,7 +554,7 @@ def _aggregates(
                     shift_x=shift.x if shape.has_x else 0.0,
                 )
                 + Moments.zeros(
-                    exposed - joined,
+                    max(exposed - joined, 0),  # a unit exposed while the sums ran
                     shift.y,
                     shift.z if shape.has_z else 0.0,
                     shift.x if shape.has_x else 0.0,
