@@ -26,13 +26,19 @@ from control_plane.console.routes import TEMPLATES, console_router
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
 from control_plane.deps import provide_scope
-from control_plane.domain.audit.controllers import AuditController
+from control_plane.domain.audit.controllers import (
+    AuditController,
+    FlagHistoryController,
+    SegmentHistoryController,
+)
 from control_plane.domain.coderefs.controllers import CodeRefController
 from control_plane.domain.environments.controllers import EnvironmentController
 from control_plane.domain.events.controllers import EventController
 from control_plane.domain.experiments.controllers import ExperimentController
 from control_plane.domain.flags.controllers import FlagController
+from control_plane.domain.flags.services import apply_scheduled
 from control_plane.domain.keys.controllers import KeyController
+from control_plane.domain.keys.services import revoke_key
 from control_plane.domain.metrics.controllers import FlagMetricController, MetricController
 from control_plane.domain.schedules.controllers import ScheduleController
 from control_plane.domain.schedules.runner import ScheduleRunner
@@ -55,7 +61,9 @@ logger = logging.getLogger("vane.control_plane")
 API_CONTROLLERS: list[ControllerRouterHandler] = [
     AuditController,
     FlagController,
+    FlagHistoryController,
     SegmentController,
+    SegmentHistoryController,
     EnvironmentController,
     KeyController,
     CodeRefController,
@@ -101,6 +109,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         sessionmaker,
         replica_id=settings.replica_id,
         publish=publisher.publish,
+        apply=apply_scheduled,
         poll_s=settings.schedule_poll_s,
         bayesian_prior_sd=settings.bayesian_prior_sd,
         hooks=OUTBOX,
@@ -158,7 +167,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 "hooks": OUTBOX,  # every unit of work's (Scope.hooks): the webhooks' outbox
             }
         ),
-        dependencies={"ctx": Provide(provide_scope)},
+        dependencies={
+            "ctx": Provide(provide_scope),
+            # deleting an environment with ?revokeKeys=true revokes its keys as the keys do
+            "revoke_key": Provide(lambda: revoke_key, sync_to_thread=False),
+        },
         middleware=[DefineMiddleware(KeyAuthenticationMiddleware, exclude=UNAUTHENTICATED)],
         cors_config=(
             CORSConfig(

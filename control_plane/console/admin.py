@@ -238,11 +238,11 @@ class EnvironmentPages(ListPage):
         if form.get("confirm") != key:
             message = f"Type the environment's key ({key}) to delete it."
             return await self.listing(request, who, 422, error=message)
-        revoke = form.get("revokeKeys") == "on"
+        revoke = keys.revoke_key if form.get("revokeKeys") == "on" else None
         return await self.write(
             request,
             who,
-            lambda scope: environments.delete_environment(scope, key, revoke_keys=revoke),
+            lambda scope: environments.delete_environment(scope, key, revoke=revoke),
             done=lambda _: "/console/environments",
         )
 

@@ -1,4 +1,6 @@
-"""``GET /audit``: the project's whole audit trail, filtered and paged."""
+"""``GET /audit``: the project's whole audit trail, filtered and paged; and one flag's or one
+segment's history, the same trail filtered to it (served here, so flags and segments do not
+import the audit)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,13 @@ from datetime import datetime
 from typing import Annotated
 
 from litestar import Controller, get
-from litestar.params import FromQuery, QueryParameter
+from litestar.params import FromPath, FromQuery, QueryParameter
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx
 from control_plane.domain.audit import schemas as s
 from control_plane.domain.audit.services import AuditFilter, entries
+from control_plane.domain.rows import find_flag
 
 Limit = Annotated[int, QueryParameter(ge=1, le=1000)]
 
@@ -53,4 +56,35 @@ class AuditController(Controller):
             since=since,
             until=until,
         )
+        return await entries(ctx, where, limit=limit, cursor=cursor)
+
+
+class FlagHistoryController(Controller):
+    """``GET /flags/:key/audit``: one flag's history (the trail, filtered to it)."""
+
+    path = "/flags"
+    tags = ["flags"]
+    guards = [requires(KeyKind.MANAGEMENT)]
+
+    @get("/{key:str}/audit", summary="Change history of a flag, newest first")
+    async def audit(
+        self, ctx: Ctx, key: FromPath[str], limit: Limit = 100, cursor: FromQuery[str | None] = None
+    ) -> s.AuditList:
+        await find_flag(ctx, key)  # 404 for an unknown flag
+        where = AuditFilter(resource_type="flag", resource_key=key)
+        return await entries(ctx, where, limit=limit, cursor=cursor)
+
+
+class SegmentHistoryController(Controller):
+    """``GET /segments/:key/audit``: one segment's history (the trail, filtered to it)."""
+
+    path = "/segments"
+    tags = ["segments"]
+    guards = [requires(KeyKind.MANAGEMENT)]
+
+    @get("/{key:str}/audit", summary="Change history of a segment, newest first")
+    async def audit(
+        self, ctx: Ctx, key: FromPath[str], limit: Limit = 100, cursor: FromQuery[str | None] = None
+    ) -> s.AuditList:
+        where = AuditFilter(resource_type="segment", resource_key=key)
         return await entries(ctx, where, limit=limit, cursor=cursor)

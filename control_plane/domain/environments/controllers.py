@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from litestar import Controller, delete, get, patch, post
+from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
@@ -71,7 +72,9 @@ class EnvironmentController(Controller):
         self,
         ctx: Ctx,
         key: FromPath[str],
+        revoke_key: NamedDependency[services.RevokeKey],
         revoke_keys: Annotated[bool, QueryParameter(name="revokeKeys")] = False,
         if_match: IfMatch = None,
     ) -> s.EnvironmentDeleted:
-        return await services.delete_environment(ctx, key, revoke_keys=revoke_keys)
+        revoke = revoke_key if revoke_keys else None
+        return await services.delete_environment(ctx, key, revoke=revoke)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Awaitable, Callable
 
 import msgspec
 from sqlalchemy import delete, select
@@ -14,7 +15,6 @@ from control_plane.db.types import utcnow
 from control_plane.domain import validation as v
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.environments import schemas as s
-from control_plane.domain.keys.services import revoke_key
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.targeting.validation import default_serving
 from control_plane.errors import conflict
@@ -180,9 +180,17 @@ async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) ->
     return after
 
 
-async def delete_environment(scope: Scope, key: str, *, revoke_keys: bool) -> s.EnvironmentDeleted:
+RevokeKey = Callable[[Scope, str], Awaitable[object]]
+"""Revokes one key (by id) as ``POST /keys/:id/revoke`` does: the keys' ``revoke_key``, which the
+app provides (the dependency ``revoke_key``), so that environments do not import keys."""
+
+
+async def delete_environment(
+    scope: Scope, key: str, *, revoke: RevokeKey | None
+) -> s.EnvironmentDeleted:
     """Delete an environment and its flag settings: 409 while live keys are bound to it, unless
-    ``revoke_keys`` (they are revoked, then removed with it), and for the project's last one."""
+    given ``revoke`` (each is revoked with it, then removed with it), and for the project's last
+    one."""
     env = await scope.environment(key)
     await _expect(scope, env)
     bound = list(
@@ -192,7 +200,7 @@ async def delete_environment(scope: Scope, key: str, *, revoke_keys: bool) -> s.
             .order_by(ApiKey.id)
         )
     )
-    if bound and not revoke_keys:
+    if bound and revoke is None:
         raise conflict(
             f"{len(bound)} key(s) are bound to environment {key!r} "
             f"({', '.join(k.id for k in bound)}): revoke them, or delete with ?revokeKeys=true"
@@ -201,7 +209,8 @@ async def delete_environment(scope: Scope, key: str, *, revoke_keys: bool) -> s.
         raise conflict(f"environment {key!r} is the project's last one")
     before = environment_out(env)
     for api_key in bound:
-        await revoke_key(scope, api_key.id)
+        assert revoke is not None
+        await revoke(scope, api_key.id)
     await scope.session.execute(delete(FlagSetting).where(FlagSetting.environment_id == env.id))
     await scope.session.execute(delete(ApiKey).where(ApiKey.environment_id == env.id))
     await scope.session.delete(env)

@@ -21,6 +21,7 @@ from control_plane.domain.experiments import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.subject import MetricDef
+from control_plane.domain.rows import find_metric
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
 from shared.engine.experiments import choose_variant, thresholds, url_matches
 from shared.wire.snapshot import WEIGHT_SCALE
@@ -470,8 +471,6 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
 
 
 async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.MetricsSetting:
-    from control_plane.domain.metrics.services import find as find_metric
-
     row = await find(scope, id_or_key)
     await expect_current(scope, row)
     if body.primary is msgspec.UNSET and body.guardrails is msgspec.UNSET:

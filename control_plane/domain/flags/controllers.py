@@ -9,9 +9,6 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx, IfMatch
-from control_plane.domain.audit import services as audit_trail
-from control_plane.domain.audit.schemas import AuditList
-from control_plane.domain.audit.services import AuditFilter
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
@@ -98,18 +95,6 @@ class FlagController(Controller):
     )
     async def restore(self, ctx: Ctx, key: FromPath[str], if_match: IfMatch = None) -> s.Flag:
         return await services.restore_flag(ctx, key)
-
-    @get("/{key:str}/audit", summary="Change history of a flag, newest first")
-    async def audit(
-        self,
-        ctx: Ctx,
-        key: FromPath[str],
-        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
-        cursor: FromQuery[str | None] = None,
-    ) -> AuditList:
-        await services.get_flag(ctx, key)  # 404 for an unknown flag
-        where = AuditFilter(resource_type="flag", resource_key=key)
-        return await audit_trail.entries(ctx, where, limit=limit, cursor=cursor)
 
     @get("/{key:str}/environments/{env:str}", summary="A flag's settings in one environment")
     async def get_settings(

@@ -21,6 +21,7 @@ from control_plane.db.models import (
     Flag,
     FlagMetric,
     FlagSetting,
+    ScheduledChange,
     Segment,
 )
 from control_plane.db.types import utcnow
@@ -29,9 +30,16 @@ from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.rows import (
+    find_flag,
+    flag_setting,
+    refuse_archived,
+    touch_all_settings,
+    variation_indexes,
+)
 from control_plane.domain.targeting import validation as targeting
-from control_plane.domain.targeting.schemas import clause_out, serve_out
-from control_plane.errors import ApiError, conflict, invalid, not_found
+from control_plane.domain.targeting.schemas import ServeIn, clause_out, serve_out
+from control_plane.errors import conflict, invalid
 from control_plane.publishing.snapshots import compile_environment, flag_snapshot, segments_for
 from shared.engine import (
     CompileError,
@@ -128,25 +136,11 @@ def settings_out(flag: Flag, env_key: str, setting: FlagSetting) -> s.Environmen
     )
 
 
-def variation_indexes(flag: Flag) -> frozenset[int]:
-    return frozenset(int(x["idx"]) for x in flag.variations)
-
-
 def _new_rule_id() -> str:
     return "rule_" + secrets.token_hex(4)
 
 
 # --- reads -----------------------------------------------------------------------------------------
-
-
-async def find_flag(scope: Scope, key: str) -> Flag:
-    """The project's flag ``key`` (archived or not), or 404."""
-    flag = await scope.session.scalar(
-        select(Flag).where(Flag.project_id == scope.project_id, Flag.key == key)
-    )
-    if flag is None:
-        raise not_found("flag", key)
-    return flag
 
 
 async def _settings_of(
@@ -234,17 +228,6 @@ async def list_flags(
 async def get_flag(scope: Scope, key: str) -> s.Flag:
     flag = await find_flag(scope, key)
     return flag_out(flag, (await _settings_of(scope, [flag.id]))[flag.id])
-
-
-async def flag_setting(
-    scope: Scope, key: str, env_key: str
-) -> tuple[Flag, Environment, FlagSetting]:
-    flag = await find_flag(scope, key)
-    env = await scope.environment(env_key)
-    setting = await scope.session.get(FlagSetting, (flag.id, env.id))
-    if setting is None:  # every flag has a row per environment; this guards a broken database
-        raise not_found("flag setting", f"{key}/{env_key}")
-    return flag, env, setting
 
 
 async def get_settings(scope: Scope, key: str, env_key: str) -> s.EnvironmentSettings:
@@ -466,19 +449,6 @@ async def _edited_variations(
     return v.variations(problems, flag.type, numbered)
 
 
-async def touch_all_settings(scope: Scope, flag: Flag) -> None:
-    """A new version of each of the flag's settings, to publish (what it serves is unchanged,
-    what relays report of it is not: its exposures are tracked once it has metrics)."""
-    settings = list(
-        await scope.session.scalars(select(FlagSetting).where(FlagSetting.flag_id == flag.id))
-    )
-    now = utcnow()
-    for setting in settings:
-        setting.version += 1
-        setting.updated_at = now
-    await scope.changed((x.environment_id for x in settings), flags=[flag.key])
-
-
 async def delete_flag(scope: Scope, key: str) -> s.FlagDeleted:
     """Delete an archived flag for good (its settings, attached metrics and exposures too)."""
     flag = await find_flag(scope, key)
@@ -575,13 +545,6 @@ async def _expect_setting(scope: Scope, setting: FlagSetting) -> None:
         FlagSetting.flag_id == setting.flag_id,
         FlagSetting.environment_id == setting.environment_id,
     )
-
-
-def refuse_archived(flag: Flag) -> None:
-    if flag.archived:
-        raise ApiError(
-            409, f"flag {flag.key!r} is archived: restore it before changing its settings"
-        )
 
 
 async def _prerequisites(
@@ -754,3 +717,16 @@ async def _check_with_engine(
         validate_flag(flag_snapshot(flag, setting), segments, others)
     except CompileError as exc:
         raise invalid(exc.path or "body", exc.message) from exc
+
+
+async def apply_scheduled(scope: Scope, row: ScheduledChange, flag_key: str, env_key: str) -> str:
+    """Carry out a due scheduled change with the same service call as ``POST .../toggle`` or
+    ``PUT .../environments/:env`` (the schedule runner is handed this by the app); answers what
+    it did, for the schedule's record."""
+    if row.kind == "toggle":
+        assert row.enabled is not None
+        toggled = await toggle(scope, flag_key, env_key, row.enabled)
+        return f"{'on' if toggled.enabled else 'off'} (setting version {toggled.version})"
+    serve = msgspec.convert(row.fallthrough, ServeIn)
+    done = await put_settings(scope, flag_key, env_key, s.EnvironmentSettingsIn(fallthrough=serve))
+    return f"fallthrough changed (setting version {done.version})"

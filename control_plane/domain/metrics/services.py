@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import msgspec
-from sqlalchemy import exists, or_, select
+from sqlalchemy import exists, select
 from sqlalchemy.exc import IntegrityError
 
 from control_plane.db.ids import new_id
@@ -15,6 +15,7 @@ from control_plane.domain import validation as v
 from control_plane.domain.common import Scope
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.rows import find_metric
 from control_plane.errors import conflict, not_found
 from shared.wire.currencies import ISO_4217
 
@@ -65,17 +66,8 @@ def check_capping(problems: v.Problems, aggregation: str, capping: s.Capping | N
         problems.add("capping.value", "a percentile between 0 and 1 exclusive, e.g. 0.99")
 
 
-async def find(scope: Scope, id_or_key: str) -> Metric | None:
-    return await scope.session.scalar(
-        select(Metric).where(
-            Metric.project_id == scope.project_id,
-            or_(Metric.id == id_or_key, Metric.key == id_or_key),
-        )
-    )
-
-
 async def get(scope: Scope, id_or_key: str) -> Metric:
-    row = await find(scope, id_or_key)
+    row = await find_metric(scope, id_or_key)
     if row is None:
         raise not_found("metric", id_or_key)
     return row

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-import msgspec
 from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -24,10 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Actor, Hooks, Scope
-from control_plane.domain.flags import services as flags
-from control_plane.domain.flags.schemas import EnvironmentSettingsIn
 from control_plane.domain.schedules.services import schedule_out
-from control_plane.domain.targeting.schemas import ServeIn
 from control_plane.errors import ApiError
 from control_plane.publishing.change import Change
 
@@ -35,6 +31,9 @@ logger = logging.getLogger("vane.schedules")
 
 BATCH = 50
 Publish = Callable[[Change], None]  # ``Publisher.publish``
+Apply = Callable[[Scope, ScheduledChange, str, str], Awaitable[str]]
+"""Carries a claimed change out in the scope (flag key, environment key), answers what it did.
+The app passes the flags' ``apply_scheduled``: the service a user's toggle or update calls."""
 
 
 class ScheduleRunner:
@@ -44,6 +43,7 @@ class ScheduleRunner:
         *,
         replica_id: str,
         publish: Publish,
+        apply: Apply,
         poll_s: float = 1.0,
         bayesian_prior_sd: float | None = 0.3,
         hooks: Hooks,
@@ -51,6 +51,7 @@ class ScheduleRunner:
         self.sessionmaker = sessionmaker
         self.replica_id = replica_id
         self.publish = publish
+        self.apply = apply
         self.poll_s = poll_s
         self.bayesian_prior_sd = bayesian_prior_sd
         self.hooks = hooks
@@ -96,7 +97,7 @@ class ScheduleRunner:
                     return 0
                 row, flag_key, env_key = await _load(session, schedule_id)
                 scope = self._scope(session, row)
-                row.reason = await _apply(scope, row, flag_key, env_key)
+                row.reason = await self.apply(scope, row, flag_key, env_key)
                 await session.commit()
             except ApiError as exc:
                 await session.rollback()
@@ -157,16 +158,3 @@ async def _load(session: AsyncSession, schedule_id: str) -> tuple[ScheduledChang
     ).one()
     row, flag_key, env_key = found
     return row, flag_key, env_key
-
-
-async def _apply(scope: Scope, row: ScheduledChange, flag_key: str, env_key: str) -> str:
-    """The same service call as ``POST .../toggle`` or ``PUT .../environments/:env``."""
-    if row.kind == "toggle":
-        assert row.enabled is not None
-        toggled = await flags.toggle(scope, flag_key, env_key, row.enabled)
-        return f"{'on' if toggled.enabled else 'off'} (setting version {toggled.version})"
-    serve = msgspec.convert(row.fallthrough, ServeIn)
-    done = await flags.put_settings(
-        scope, flag_key, env_key, EnvironmentSettingsIn(fallthrough=serve)
-    )
-    return f"fallthrough changed (setting version {done.version})"

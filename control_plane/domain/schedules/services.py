@@ -13,8 +13,8 @@ from control_plane.db.ids import new_id
 from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
-from control_plane.domain.flags.services import flag_setting, refuse_archived, variation_indexes
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.rows import flag_setting, refuse_archived, variation_indexes
 from control_plane.domain.schedules import schemas as s
 from control_plane.domain.targeting import validation as targeting
 from control_plane.domain.validation import Problems

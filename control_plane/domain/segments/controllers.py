@@ -1,15 +1,10 @@
 from __future__ import annotations
 
-from typing import Annotated
-
 from litestar import Controller, delete, get, patch, post
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx, IfMatch
-from control_plane.domain.audit import services as audit_trail
-from control_plane.domain.audit.schemas import AuditList
-from control_plane.domain.audit.services import AuditFilter
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.domain.segments import schemas as s
 from control_plane.domain.segments import services
@@ -57,14 +52,3 @@ class SegmentController(Controller):
         self, ctx: Ctx, key: FromPath[str], if_match: IfMatch = None
     ) -> s.Deleted:
         return await services.delete_segment(ctx, key)
-
-    @get("/{key:str}/audit", summary="Change history of a segment, newest first")
-    async def audit(
-        self,
-        ctx: Ctx,
-        key: FromPath[str],
-        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
-        cursor: FromQuery[str | None] = None,
-    ) -> AuditList:
-        where = AuditFilter(resource_type="segment", resource_key=key)
-        return await audit_trail.entries(ctx, where, limit=limit, cursor=cursor)

@@ -1,0 +1,75 @@
+"""A project's rows as several domains find them, by the names the API uses, and the small rules
+on them that belong to no one use case.
+
+A base of the domains (beside ``common``, ``validation`` and ``targeting``): flags, schedules and
+flag metrics all find a flag by its key and a flag's setting in an environment; experiments and
+flag metrics both name a metric by its id or its key. Each rule is written here once, so no domain
+imports another for it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import or_, select
+
+from control_plane.db.models import Environment, Flag, FlagSetting, Metric
+from control_plane.db.types import utcnow
+from control_plane.domain.common import Scope
+from control_plane.errors import ApiError, not_found
+
+
+async def find_flag(scope: Scope, key: str) -> Flag:
+    """The project's flag ``key`` (archived or not), or 404."""
+    flag = await scope.session.scalar(
+        select(Flag).where(Flag.project_id == scope.project_id, Flag.key == key)
+    )
+    if flag is None:
+        raise not_found("flag", key)
+    return flag
+
+
+async def flag_setting(
+    scope: Scope, key: str, env_key: str
+) -> tuple[Flag, Environment, FlagSetting]:
+    """The flag ``key``, the environment ``env_key`` and the flag's setting there, or 404."""
+    flag = await find_flag(scope, key)
+    env = await scope.environment(env_key)
+    setting = await scope.session.get(FlagSetting, (flag.id, env.id))
+    if setting is None:  # every flag has a row per environment; this guards a broken database
+        raise not_found("flag setting", f"{key}/{env_key}")
+    return flag, env, setting
+
+
+def variation_indexes(flag: Flag) -> frozenset[int]:
+    """The indexes a serve, a target or a metric may name: the flag's variations'."""
+    return frozenset(int(x["idx"]) for x in flag.variations)
+
+
+def refuse_archived(flag: Flag) -> None:
+    """An archived flag's settings do not change (by a user, a schedule or an API call)."""
+    if flag.archived:
+        raise ApiError(
+            409, f"flag {flag.key!r} is archived: restore it before changing its settings"
+        )
+
+
+async def touch_all_settings(scope: Scope, flag: Flag) -> None:
+    """A new version of each of the flag's settings, to publish (what it serves is unchanged,
+    what relays report of it is not: its exposures are tracked once it has metrics)."""
+    settings = list(
+        await scope.session.scalars(select(FlagSetting).where(FlagSetting.flag_id == flag.id))
+    )
+    now = utcnow()
+    for setting in settings:
+        setting.version += 1
+        setting.updated_at = now
+    await scope.changed((x.environment_id for x in settings), flags=[flag.key])
+
+
+async def find_metric(scope: Scope, id_or_key: str) -> Metric | None:
+    """The project's metric named by its id or its key, or None."""
+    return await scope.session.scalar(
+        select(Metric).where(
+            Metric.project_id == scope.project_id,
+            or_(Metric.id == id_or_key, Metric.key == id_or_key),
+        )
+    )
