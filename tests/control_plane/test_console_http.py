@@ -88,3 +88,26 @@ def test_the_time_series_is_a_page_of_its_own_without_script_and_a_part_with_it(
     assert part.status_code == 200
     assert '<header class="top">' not in part.text
     assert 'class="timeseries"' in part.text
+
+
+def test_deleting_an_environment_from_the_console_revokes_its_keys_as_the_api_does(
+    api: Api,
+) -> None:
+    """The console's delete goes through the same service, handed the keys' revocation: the
+    same refusal while keys are bound, the same audit entries once they are revoked with it."""
+    assert api.post("/environments", {"key": "qa"}).status_code == 201
+    key = api.post("/keys", {"kind": "public", "environment": "qa"}).json()
+    _, csrf = signed_in(api)
+    path = "/console/environments/qa/delete"
+    refused = api.client.post(path, data={"_csrf": csrf, "confirm": "qa"}, follow_redirects=False)
+    assert refused.status_code == 409
+    assert key["id"] in refused.text
+    assert api.get("/environments/qa").status_code == 200
+    deleted = api.client.post(
+        path, data={"_csrf": csrf, "confirm": "qa", "revokeKeys": "on"}, follow_redirects=False
+    )
+    assert deleted.status_code == 303, deleted.text
+    assert api.get("/environments/qa").status_code == 404
+    assert api.get("/flags", key=key["key"]).status_code == 401
+    actions = [e["action"] for e in api.get("/audit").json()["entries"][:2]]
+    assert actions == ["environment.delete", "key.revoke"]
