@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, cumulative, hash32, mmh3_hash
+from shared.engine.contexts import USER, Context, check_kind, part_of
 from shared.engine.model import Evaluation, InvalidAt, Reason
 from shared.engine.operators import is_number
 from shared.engine.rules import (
-    Context,
     Matcher,
     SegmentResolver,
     StringIn,
@@ -118,22 +118,33 @@ def constant_run(evaluation: Evaluation) -> FlagFn:
 
 
 def _rollout(
-    salt: str, bucket_by: str, thresholds: tuple[int, ...], results: tuple[Evaluation, ...]
+    salt: str,
+    bucket_by: str,
+    kind: str | None,
+    path: str,
+    thresholds: tuple[int, ...],
+    results: tuple[Evaluation, ...],
 ) -> _Serve:
     last = len(results) - 1
-    if bucket_by != "key":
+    # bucket 0 (a context that cannot be bucketed: the first item with a weight)
+    unbucketed = results[min(bisect_right(thresholds, 0), last)]
+    if bucket_by != "key" or kind not in (None, USER):
+        hashed = bucket_input(kind, bucket_by, path)
 
         def by_attribute(context: Context, key: str) -> Evaluation:
-            value = bucket_input(context, key, bucket_by)
+            value = hashed(context, key)
             slot = 0 if value is None else bucket(salt, value)
             return results[min(bisect_right(thresholds, slot), last)]
 
         return _Serve(None, by_attribute)
+    # By the user's key, which the evaluator resolved: ``""`` when the context has no user.
     if len(results) == 2:
         first, second = results
         cut = thresholds[0]
 
         def split_by_key(context: Context, key: str) -> Evaluation:
+            if not key:
+                return unbucketed
             data = salt + key
             # ASCII straight to mmh3; anything else via hash32 (see bucketing's docstring).
             h = mmh3_hash(data, 0, False) if data.isascii() else hash32(data)
@@ -153,6 +164,8 @@ def _rollout(
                         return hit
                 elif holds(value):
                     return hit
+                if not key:
+                    return unbucketed
                 data = salt + key
                 h = mmh3_hash(data, 0, False) if data.isascii() else hash32(data)
                 return first if (h * WEIGHT_SCALE) >> 32 < cut else second
@@ -162,6 +175,8 @@ def _rollout(
         return _Serve(None, split_by_key, after_rule)
 
     def by_key(context: Context, key: str) -> Evaluation:
+        if not key:
+            return unbucketed
         slot = (hash32(salt + key) * WEIGHT_SCALE) >> 32
         return results[min(bisect_right(thresholds, slot), last)]
 
@@ -203,11 +218,16 @@ def _serve(
         )
     if serve.bucket_by is not None:
         bucket_by = text(serve.bucket_by, f"{path}.bucketBy")
-    return _rollout(salt, bucket_by, cumulative(weights), tuple(results))
+    check_kind(serve.context_kind, f"{path}.contextKind")
+    kind = serve.context_kind
+    return _rollout(salt, bucket_by, kind, f"{path}.bucketBy", cumulative(weights), tuple(results))
 
 
 Rules = tuple[tuple[Matcher, Evaluation | None, FlagFn], ...]
 Prereqs = tuple[tuple[FlagFn | None, int, Evaluation], ...]
+# Individual targets, in order, by kind: (kind, key -> result). A flag whose targets are all on
+# users has one entry, looked up with the user key alone.
+Targets = tuple[tuple[str, Mapping[str, Evaluation]], ...]
 
 
 def _one_rule(
@@ -236,7 +256,7 @@ def _one_rule(
 
 def _assemble(
     prereqs: Prereqs,
-    targets: Mapping[str, Evaluation],
+    kinded: Targets,
     rules: Rules,
     fallthrough: _Serve,
     shapes: Sequence[StringIn | None],
@@ -244,7 +264,8 @@ def _assemble(
     """One closure per flag shape, so the common shapes run without loops or checks.
     ``shapes``: each rule's clauses, when they are one ``StringIn``."""
     fall = fallthrough.run
-    if not prereqs and not targets:
+    targets = kinded[0][1] if len(kinded) == 1 and kinded[0][0] == USER else None
+    if not prereqs and not kinded:
         if not rules:
             return fall
         first_match, first_hit, _ = rules[0]
@@ -255,10 +276,17 @@ def _assemble(
         for run, required, failed in prereqs:
             if run is None or run(context, key).variation != required:
                 return failed
-        if targets:
+        if targets is not None:
             hit = targets.get(key)
             if hit is not None:
                 return hit
+        elif kinded:
+            for kind, table in kinded:
+                part = part_of(context, key, kind)
+                if part is not None:
+                    hit = table.get(part[1])
+                    if hit is not None:
+                        return hit
         for match, fixed, serve in rules:
             if match(context, key):
                 if fixed is not None:
@@ -267,6 +295,30 @@ def _assemble(
         return fall(context, key)
 
     return flag
+
+
+def _targets(
+    flag: FlagSnapshot,
+    variations: Mapping[int, Variation],
+    make: Callable[[int, Reason], Evaluation],
+) -> Targets:
+    """The flag's individual targets, grouped by kind in order (the first listing of a key
+    wins)."""
+    kinded: list[tuple[str, dict[str, Evaluation]]] = []
+    for i, target in enumerate(sequence(flag.targets, "targets")):
+        path = f"targets[{i}]"
+        if not isinstance(target, Target):
+            raise InvalidAt(path, "expected {variation, values}")
+        hit = make(
+            _variation(target.variation, f"{path}.variation", variations), Reason.TARGET_MATCH
+        )
+        kind = check_kind(target.context_kind, f"{path}.contextKind")
+        if not kinded or kinded[-1][0] != kind:
+            kinded.append((kind, {}))
+        table = kinded[-1][1]
+        for j, value in enumerate(sequence(target.values, f"{path}.values")):
+            table.setdefault(text(value, f"{path}.values[{j}]"), hit)
+    return tuple(kinded)
 
 
 def build_flag(
@@ -319,16 +371,7 @@ def build_flag(
         run = target.run if target is not None and target.enabled else None
         prereqs.append((run, required, failed))
 
-    targets: dict[str, Evaluation] = {}
-    for i, target_ in enumerate(sequence(flag.targets, "targets")):
-        path = f"targets[{i}]"
-        if not isinstance(target_, Target):
-            raise InvalidAt(path, "expected {variation, values}")
-        hit = make(
-            _variation(target_.variation, f"{path}.variation", variations), Reason.TARGET_MATCH
-        )
-        for j, value in enumerate(sequence(target_.values, f"{path}.values")):
-            targets.setdefault(text(value, f"{path}.values[{j}]"), hit)
+    kinded = _targets(flag, variations, make)
 
     rules = []
     shapes: list[StringIn | None] = []  # each rule's clauses, when they are one ``StringIn``
@@ -358,7 +401,7 @@ def build_flag(
         flag.fallthrough, "fallthrough", variations, fallthrough_result, salt, bucket_by
     )
     run = (
-        _assemble(tuple(prereqs), targets, tuple(rules), fallthrough, shapes)
+        _assemble(tuple(prereqs), kinded, tuple(rules), fallthrough, shapes)
         if flag.enabled
         else constant_run(off)
     )

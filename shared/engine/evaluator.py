@@ -1,9 +1,10 @@
 """Evaluate compiled flags for a context. Never raises: every failure is an ``ERROR`` reason.
 
-A context is a mapping ``{key, ...attributes}``. Its key is ``key``, else OpenFeature's
-``targetingKey``; it must be a non-empty string, or the result is ``ERROR``/``USER_NOT_SPECIFIED``
-(checked before the flag is looked up, as LaunchDarkly does). ``kind`` is optional
-(``"user"`` by default) and readable by clauses as the attribute ``kind``.
+A context is a mapping ``{key, ...attributes}``: a user, unless ``kind`` names another kind or
+``"multi"`` (then it holds one part per kind; see ``shared.engine.contexts``). Its key (each
+part's) is ``key``, else OpenFeature's ``targetingKey``; it must be a non-empty string, or the
+result is ``ERROR``/``USER_NOT_SPECIFIED`` (checked before the flag is looked up, as
+LaunchDarkly does).
 
 Resolution order: disabled → off variation (``OFF``); prerequisites, each of which must be
 enabled and serve the required variation, else the off variation (``PREREQUISITE_FAILED``);
@@ -21,23 +22,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.engine.closures import FlagFn
+from shared.engine.contexts import key_of, view
 from shared.engine.model import EXCEPTION, FLAG_NOT_FOUND, USER_NOT_SPECIFIED, Evaluation
 from shared.engine.snapshot import CompiledEnvironment
 
 
 def context_key(context: Mapping[str, Any]) -> str | None:
-    """The context's key: ``key``, else ``targetingKey``; ``None`` unless a non-empty string."""
-    key = context.get("key")
-    if key is None or key == "":
-        key = context.get("targetingKey")
-    if isinstance(key, str) and key:
-        return str(key)
-    return None
+    """A single-kind context's key: ``key``, else ``targetingKey``; ``None`` unless a non-empty
+    string (a multi-kind context has none of its own)."""
+    return key_of(context)
 
 
 def _recover(context: Any, flag_key: Any) -> Evaluation:
     try:
-        if not isinstance(context, Mapping) or context_key(context) is None:
+        if not isinstance(context, Mapping) or view(context) is None:
             return USER_NOT_SPECIFIED
         if not isinstance(flag_key, str):
             return FLAG_NOT_FOUND
@@ -52,10 +50,11 @@ def evaluate(
     """Evaluate one flag for one context."""
     try:
         key = context.get("key")
-        if key.__class__ is not str or not key:
-            key = context_key(context)
-            if key is None:
+        if key.__class__ is not str or not key or "kind" in context:
+            seen = view(context)
+            if seen is None:
                 return USER_NOT_SPECIFIED
+            context, key = seen
         run = env.runs.get(flag_key)
         if run is None:
             return FLAG_NOT_FOUND
@@ -82,10 +81,11 @@ def evaluate_all(
     runs = env.client_runs if client_side_only else env.all_runs
     try:
         key = context.get("key")
-        if key.__class__ is not str or not key:
-            key = context_key(context)
-            if key is None:
+        if key.__class__ is not str or not key or "kind" in context:
+            seen = view(context)
+            if seen is None:
                 return dict.fromkeys([k for k, _ in runs], USER_NOT_SPECIFIED)
+            context, key = seen
     except Exception:
         return dict.fromkeys([k for k, _ in runs], USER_NOT_SPECIFIED)
     try:

@@ -1,8 +1,10 @@
 """Clauses, rules and segments compiled into matchers ``(context, key) -> bool``.
 
-``key`` is the context key the evaluator already resolved (``key``, else ``targetingKey``), so
-the attribute ``key`` never touches the context. The attribute ``kind`` reads the context's
-``kind``, ``"user"`` when absent. Any other attribute is a top-level context property.
+``key`` is the context's user key the evaluator already resolved (``key``, else
+``targetingKey``; ``""`` for a context without a user part), so the attribute ``key`` never
+touches the context. Each clause reads one context kind (``user`` by default) and an attribute
+or an attribute reference into nested objects (``shared.engine.contexts``); the attribute
+``kind`` reads the kinds the context holds, whatever the clause's kind.
 
 A clause never matches a missing or null attribute, negated or not; an array attribute matches
 when any (non-null) element does, and ``negate`` then inverts the clause's overall result. All
@@ -14,16 +16,24 @@ Which segments rules name (``segmentMatch``), and the limits on that graph, are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from shared.engine import operators
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, bucketable
+from shared.engine.contexts import (
+    USER,
+    Context,
+    check_kind,
+    kinds_of,
+    part_of,
+    reader,
+    reference,
+)
 from shared.engine.model import InvalidAt
 from shared.engine.operators import ARRAYS
-from shared.wire.snapshot import Clause, SegmentRule, SegmentSnapshot
+from shared.wire.snapshot import Clause, ContextKeys, SegmentRule, SegmentSnapshot
 
-Context = Mapping[str, Any]
 Matcher = Callable[[Context, str], bool]
 # Resolves a segment key met at ``path``: its matcher, or None for an unknown segment.
 SegmentResolver = Callable[[str, str], Matcher | None]
@@ -37,14 +47,33 @@ def never(_context: Context, _key: str) -> bool:
     return False
 
 
-def bucket_input(context: Context, key: str, attribute: str) -> str | None:
-    """The string a context is bucketed by, or ``None`` when it cannot be bucketed."""
-    if attribute == "key":
-        return key
-    if attribute == "kind":
-        kind = context.get("kind")
-        return "user" if kind is None else bucketable(kind)
-    return bucketable(context.get(attribute))
+BucketInput = Callable[[Context, str], str | None]
+
+
+def bucket_input(kind: str | None, attribute: str, path: str) -> BucketInput:
+    """What a rollout on ``kind`` (``None``: the user's, ``attribute`` a literal name) by
+    ``attribute`` hashes for a context: the string, or ``None`` when it cannot be bucketed (the
+    attribute or the whole kind is missing, or not a string or an integer)."""
+    names = reference(attribute, path, literal=kind is None)
+    kind = check_kind(kind, path)
+    if names == ("key",):
+        if kind == USER:
+            return lambda context, key: key or None
+
+        def part_key(context: Context, key: str) -> str | None:
+            part = part_of(context, key, kind)
+            return None if part is None else part[1]
+
+        return part_key
+    if names == ("kind",):  # the rollout's own kind, when the context has it
+        return lambda context, key: None if part_of(context, key, kind) is None else kind
+    read = reader(names)
+
+    def by_attribute(context: Context, key: str) -> str | None:
+        part = part_of(context, key, kind)
+        return None if part is None else bucketable(read(part[0]))
+
+    return by_attribute
 
 
 def sequence(value: Any, path: str) -> Sequence[Any]:
@@ -96,37 +125,50 @@ class StringIn(NamedTuple):
         return match_in
 
 
-def _attribute_matcher(attribute: str, predicate: operators.Predicate, negate: bool) -> Matcher:
-    if attribute == "key":
+def _attribute_matcher(
+    names: tuple[str, ...], predicate: operators.Predicate, negate: bool
+) -> Matcher:
+    """A clause on a user's attribute (or the context's kinds); ``_of_kind`` moves it to another
+    kind's part."""
+    if names == ("key",):
 
         def match_key(context: Context, key: str) -> bool:
-            return predicate(key) is not negate
+            return bool(key) and predicate(key) is not negate
 
         return match_key
-    if attribute == "kind":
+    if names == ("kind",):
 
         def match_kind(context: Context, key: str) -> bool:
-            kind = context.get("kind")
-            return _apply("user" if kind is None else kind, predicate, negate)
+            return _apply(kinds_of(context), predicate, negate)
 
         return match_kind
+    if len(names) == 1 and names[0] != "anonymous":
+        (attribute,) = names
 
-    def match(context: Context, key: str) -> bool:
-        return _apply(context.get(attribute), predicate, negate)
+        def match(context: Context, key: str) -> bool:
+            return _apply(context.get(attribute), predicate, negate)
 
-    return match
+        return match
+    read = reader(names)
+
+    def match_read(context: Context, key: str) -> bool:
+        # ``anonymous`` reads false when absent, so the part itself must be there
+        return bool(key) and _apply(read(context), predicate, negate)
+
+    return match_read
 
 
 def _searches_within_budget(
-    attribute: str, predicate: operators.Predicate, negate: bool
+    names: tuple[str, ...], predicate: operators.Predicate, negate: bool
 ) -> Matcher:
     """A ``matches`` clause on a context attribute: the page chooses the attribute, so an array's
     strings count together against ``operators.MAX_MATCHED_LENGTH`` (past it: no match), and
     no context makes one clause search more than that many characters."""
     budget = operators.MAX_MATCHED_LENGTH
+    read = reader(names)
 
     def match(context: Context, key: str) -> bool:
-        value = context.get(attribute)
+        value = read(context)
         if isinstance(value, ARRAYS):
             searched = sum(len(item) for item in value if isinstance(item, str))
             if searched > budget:
@@ -134,6 +176,17 @@ def _searches_within_budget(
         return _apply(value, predicate, negate)
 
     return match
+
+
+def _of_kind(kind: str, matcher: Matcher) -> Matcher:
+    """``matcher`` (written for a user's attributes and key) applied to the part of ``kind``; a
+    context without that kind never matches, negated or not."""
+
+    def match_kind_part(context: Context, key: str) -> bool:
+        part = part_of(context, key, kind)
+        return part is not None and matcher(part[0], part[1])
+
+    return match_kind_part
 
 
 def compile_clause(
@@ -166,13 +219,20 @@ def compile_clause(
 
         return match_segments, None
     attribute = text(clause.attribute, f"{path}.attribute")
+    names = reference(attribute, f"{path}.attribute", literal=clause.context_kind is None)
+    kind = check_kind(clause.context_kind, f"{path}.contextKind")
     predicate, strings = operators.compile_predicate(op, values, f"{path}.values")
-    if op == "matches" and attribute not in ("key", "kind"):
-        return _searches_within_budget(attribute, predicate, negate), None
-    if strings is not None and not negate and attribute not in ("key", "kind"):
-        shape = StringIn(attribute, strings, predicate)
+    plain = len(names) == 1 and names[0] not in ("key", "kind", "anonymous")
+    if names == ("kind",):  # the context's kinds, whichever kind the clause names
+        return _attribute_matcher(names, predicate, negate), None
+    if op == "matches" and names not in (("key",), ("anonymous",)):
+        matcher = _searches_within_budget(names, predicate, negate)
+    elif strings is not None and not negate and plain and kind == USER:
+        shape = StringIn(names[0], strings, predicate)
         return shape.matcher(), shape
-    return _attribute_matcher(attribute, predicate, negate), None
+    else:
+        matcher = _attribute_matcher(names, predicate, negate)
+    return (matcher if kind == USER else _of_kind(kind, matcher)), None
 
 
 def compile_clauses(clauses: Any, path: str, resolve_segment: SegmentResolver) -> Matcher:
@@ -221,11 +281,13 @@ def _segment_rule(rule: Any, path: str, salt: str, resolve_segment: SegmentResol
     if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= WEIGHT_SCALE:
         raise InvalidAt(f"{path}.weight", f"expected an integer from 0 to {WEIGHT_SCALE}")
     bucket_by = "key" if rule.bucket_by is None else text(rule.bucket_by, f"{path}.bucketBy")
+    check_kind(rule.context_kind, f"{path}.contextKind")
+    hashed = bucket_input(rule.context_kind, bucket_by, f"{path}.bucketBy")
 
     def match_weighted(context: Context, key: str) -> bool:
         if not clauses(context, key):
             return False
-        value = bucket_input(context, key, bucket_by)
+        value = hashed(context, key)
         return (0 if value is None else bucket(salt, value)) < weight
 
     return match_weighted
@@ -251,11 +313,17 @@ def compile_segment(segment: Any, resolve_segment: SegmentResolver) -> Matcher:
         _segment_rule(rule, f"rules[{i}]", salt, resolve_segment)
         for i, rule in enumerate(sequence(segment.rules, "rules"))
     )
+    included_of = _listed(segment.included_contexts, "includedContexts")
+    excluded_of = _listed(segment.excluded_contexts, "excludedContexts")
 
     def match_segment(context: Context, key: str) -> bool:
-        if key in included:
+        if key and key in included:
             return True
-        if key in excluded:
+        if included_of and _listed_in(included_of, context, key):
+            return True
+        if key and key in excluded:
+            return False
+        if excluded_of and _listed_in(excluded_of, context, key):
             return False
         for rule in rules:  # noqa: SIM110
             if rule(context, key):
@@ -263,3 +331,26 @@ def compile_segment(segment: Any, resolve_segment: SegmentResolver) -> Matcher:
         return False
 
     return match_segment
+
+
+def _listed(lists: Any, path: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """A segment's keys listed by kind: (kind, keys) in order."""
+    out = []
+    for i, listed in enumerate(sequence(lists, path)):
+        if not isinstance(listed, ContextKeys):
+            raise InvalidAt(f"{path}[{i}]", "expected {contextKind, values}")
+        kind = check_kind(listed.context_kind, f"{path}[{i}].contextKind")
+        keys = frozenset(
+            text(k, f"{path}[{i}].values[{j}]", empty=True)
+            for j, k in enumerate(sequence(listed.values, f"{path}[{i}].values"))
+        )
+        out.append((kind, keys))
+    return tuple(out)
+
+
+def _listed_in(lists: tuple[tuple[str, frozenset[str]], ...], context: Context, key: str) -> bool:
+    for kind, keys in lists:
+        part = part_of(context, key, kind)
+        if part is not None and part[1] in keys:
+            return True
+    return False

@@ -37,19 +37,26 @@ class Serve(WireStruct, frozen=True):
     variation: int | None = None
     rollout: tuple[WeightedVariation, ...] | None = None
     bucket_by: str | None = None  # overrides the flag's bucketBy for this rollout
+    # The context kind whose bucketBy is hashed; unset: the user's, bucketBy a literal name
+    context_kind: str | None = None
 
 
 class Clause(WireStruct, frozen=True):
     """One condition. ``segmentMatch`` clauses carry segment keys in ``values``.
 
     Within a clause any value may match (OR); ``negate`` inverts the clause's result, except that a
-    missing attribute never matches, negated or not.
+    missing attribute (or a context without the clause's kind) never matches, negated or not.
+    With ``context_kind`` set, ``attribute`` is a reference (``/address/city`` reads into
+    nested objects; a name without ``/`` is itself); unset, the clause reads the user and
+    ``attribute`` is one literal name, as in rules written before kinds (LaunchDarkly's rule;
+    see ``shared.engine.contexts``).
     """
 
     op: str
     attribute: str | None = None
     values: tuple[Any, ...] = ()
     negate: bool = False
+    context_kind: str | None = None
 
 
 class Rule(WireStruct, frozen=True):
@@ -62,10 +69,19 @@ class Rule(WireStruct, frozen=True):
 
 
 class Target(WireStruct, frozen=True):
-    """Individual targeting: context keys in ``values`` get ``variation``, before any rule."""
+    """Individual targeting: the keys in ``values`` of contexts of ``context_kind`` get
+    ``variation``, before any rule (targets are checked in order)."""
 
     variation: int
     values: tuple[str, ...]
+    context_kind: str | None = None  # unset: the user
+
+
+class ContextKeys(WireStruct, frozen=True):
+    """Keys of contexts of one kind (a segment's included or excluded contexts of that kind)."""
+
+    context_kind: str | None = None  # unset: the user
+    values: tuple[str, ...] = ()
 
 
 class Prerequisite(WireStruct, frozen=True):
@@ -99,13 +115,19 @@ class SegmentRule(WireStruct, frozen=True):
     clauses: tuple[Clause, ...]
     weight: int | None = None  # out of WEIGHT_SCALE
     bucket_by: str | None = None
+    context_kind: str | None = None  # as ``Serve.context_kind``
 
 
 class SegmentSnapshot(WireStruct, frozen=True):
+    """``included`` and ``excluded`` are user keys; ``included_contexts`` and
+    ``excluded_contexts`` list keys of other kinds."""
+
     key: str
     version: int
     included: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
+    included_contexts: tuple[ContextKeys, ...] = ()
+    excluded_contexts: tuple[ContextKeys, ...] = ()
     rules: tuple[SegmentRule, ...] = ()
     salt: str | None = None  # bucketing salt for weighted rules; None means the segment key
 

@@ -118,6 +118,11 @@ def vane_worker(data: Path, runs: int, n1: int, n2: int, out: Path) -> None:
     flags = [gen.flag_key(i) for i in range(50)]
     ctx1 = [{"key": k, "country": c} for k, c in raw[:n1]]
     ctx2 = ctx1[:n2]
+    # Issue #23: the same users, each with the organization it belongs to (a two-kind context).
+    two_kinds = [
+        {"kind": "multi", "user": c, "organization": {"key": f"org-{i % 97}", "plan": "team"}}
+        for i, c in enumerate(ctx2)
+    ]
 
     namespace: dict[str, Any] = {"ev": evaluate, "env": env}
     exec(bench.LOOPS.format(call="ev(env, flag, c, 0).value", build="None", pre="pass"), namespace)
@@ -146,6 +151,7 @@ def vane_worker(data: Path, runs: int, n1: int, n2: int, out: Path) -> None:
         ("s1", namespace["one"], ctx1, "flag-000", len(ctx1)),
         ("s2", namespace["many"], ctx2, flags, len(ctx2) * len(flags)),
         ("s2-bulk", bulk, ctx2, flags, len(ctx2) * len(flags)),
+        ("s2-two-kinds", bulk, two_kinds, flags, len(ctx2) * len(flags)),
     ]:
         times, trues = bench.timed(fn, contexts, arg, runs)
         median = statistics.median(times)
@@ -488,6 +494,14 @@ def render(
         f"{s2_each['us_per_context']:.1f} µs/context, with `evaluate_all` "
         f"{s2_bulk['us_per_context']:.1f} µs/context.",
     ]
+    two = _row(vane, "s2-two-kinds")
+    if two:
+        lines.append(
+            f"S2 with a two-kind context (user and organization, `evaluate_all`): "
+            f"{two['us_per_context']:.1f} µs/context, "
+            f"{two['us_per_context'] / s2_bulk['us_per_context']:.2f}x the single-kind context "
+            "(target ≤ 1.3x)."
+        )
     if comp:
         lines.append(
             f"Snapshot of {comp['flags']:,} flags ({comp['snapshot_bytes'] / 2**20:.1f} MiB "

@@ -7,13 +7,11 @@ parameters are substituted into the raw text (``"<NAME>"`` becomes the value's J
 Translating raises ``Unmappable`` with the reason when a case relies on something Vane's model
 cannot express; everything else is translated as literally as possible.
 
-Vane contexts have one kind and its targeting is not kind-scoped, so LD's kind-scoped data is
-specialised to the kind of the case's (single-kind) context, which is exactly what LaunchDarkly
-applies to such a context: user ``targets`` and segment ``included``/``excluded`` only for a
-``user`` context, ``contextTargets`` and ``includedContexts``/``excludedContexts`` only for their
-own kind, and a clause scoped to another kind (other than on the ``kind`` attribute) becomes a
-clause that never matches, as it never does in LD (its attribute cannot be found). Multi-kind
-contexts are not translated.
+Contexts (multi-kind ones too) pass unchanged; kinds translate one for one: a clause's, a
+rollout's and a weighted segment rule's ``contextKind``, ``contextTargets`` (a user entry without
+values stands for the user ``targets`` of its variation, as in LD) and a segment's
+``includedContexts``/``excludedContexts``. Attributes pass unchanged: Vane reads them as LD does
+(a reference where the clause names its kind, a literal name where it does not).
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import yaml
 
 from shared.wire.snapshot import (
     Clause,
+    ContextKeys,
     FlagSnapshot,
     Prerequisite,
     Rule,
@@ -152,62 +151,41 @@ def translate_context(ld: Any) -> dict[str, Any]:
     if not isinstance(ld, dict):
         raise Unmappable("context is not an object")
     if ld.get("kind") == "multi":
-        raise Unmappable("multi-kind context (Vane contexts have one kind)")
+        return ld
     context = {k: v for k, v in ld.items() if k != "custom"}
     for name, value in (ld.get("custom") or {}).items():  # the old user format
         context.setdefault(name, value)
     return context
 
 
-def _attribute(clause: Mapping[str, Any]) -> str | None:
-    """An LD attribute reference as a Vane attribute name (plain, top-level)."""
-    attribute = clause.get("attribute")
-    if not isinstance(attribute, str):
-        return None
-    if "contextKind" not in clause or not attribute.startswith("/"):
-        return attribute  # a literal name, slashes included
-    parts = attribute[1:].split("/")
-    if any(p == "" for p in parts) or re.search(r"~(?![01])", attribute):
-        raise Unmappable("malformed LD attribute reference (Vane attributes are plain names)")
-    if len(parts) > 1:
-        raise Unmappable("nested attribute reference (Vane reads top-level attributes)")
-    return parts[0].replace("~1", "/").replace("~0", "~")
-
-
-# ``key in []``: the key is always present and never in an empty list, so this never matches.
-NEVER = Clause(op="in", attribute="key", values=())
-
-
-def _clause(ld: Mapping[str, Any], kind: str, context: Mapping[str, Any]) -> Clause:
+def _clause(ld: Mapping[str, Any]) -> Clause:
     op = ld.get("op")
     values = tuple(ld.get("values") or ())
     negate = bool(ld.get("negate", False))
     if op == "segmentMatch":
         return Clause(op=op, values=values, negate=negate)
-    attribute = _attribute(ld)
-    if attribute != "kind" and ld.get("contextKind", "user") != kind:
-        return NEVER
-    if attribute == "anonymous" and "anonymous" not in context:
-        raise Unmappable("LD's built-in 'anonymous' attribute defaults to false; Vane has none")
-    return Clause(op=str(op), attribute=attribute, values=values, negate=negate)
+    return Clause(
+        op=str(op),
+        attribute=ld.get("attribute"),
+        values=values,
+        negate=negate,
+        context_kind=ld.get("contextKind"),
+    )
 
 
-def _serve(ld: Mapping[str, Any], kind: str) -> Serve:
+def _serve(ld: Mapping[str, Any]) -> Serve:
     if "variation" in ld:
         return Serve(variation=ld["variation"])
     rollout = ld.get("rollout")
     if rollout is None:
         return Serve()
-    if rollout.get("contextKind", "user") != kind:
-        raise Unmappable("rollout bucketed by another context kind")
     return Serve(
         rollout=tuple(
             WeightedVariation(item.get("variation"), item.get("weight", 0))
             for item in rollout.get("variations") or ()
         ),
-        bucket_by=_attribute({**rollout, "attribute": rollout["bucketBy"]})
-        if "bucketBy" in rollout
-        else None,
+        bucket_by=rollout.get("bucketBy"),
+        context_kind=rollout.get("contextKind"),
     )
 
 
@@ -225,32 +203,29 @@ def _type(values: list[Any]) -> str:
     return "json"
 
 
-def _targets(ld: Mapping[str, Any], kind: str) -> list[Target]:
-    """The individual targets LD checks for a context of ``kind``, in LD's order."""
+def _targets(ld: Mapping[str, Any]) -> list[Target]:
+    """The individual targets in LD's order, each with its kind."""
     user_targets = ld.get("targets") or []
     context_targets = ld.get("contextTargets") or []
     if not context_targets:
-        pairs = [(t["variation"], t["values"]) for t in user_targets] if kind == "user" else []
-    else:
-        pairs = []
-        for target in context_targets:
-            target_kind = target.get("contextKind", "user")
-            if target_kind == "user" and not target.get("values"):
-                # A placeholder for the user targets serving the same variation.
-                if kind == "user":
-                    pairs += [
-                        (t["variation"], t["values"])
-                        for t in user_targets
-                        if t["variation"] == target["variation"]
-                    ]
-            elif target_kind == kind:
-                pairs.append((target["variation"], target.get("values") or []))
-    return [Target(variation=v, values=tuple(values)) for v, values in pairs]
+        return [Target(variation=t["variation"], values=tuple(t["values"])) for t in user_targets]
+    out = []
+    for target in context_targets:
+        kind = target.get("contextKind", "user")
+        if kind == "user" and not target.get("values"):
+            # A placeholder for the user targets serving the same variation.
+            out += [
+                Target(variation=t["variation"], values=tuple(t["values"]))
+                for t in user_targets
+                if t["variation"] == target["variation"]
+            ]
+        else:
+            values = tuple(target.get("values") or ())
+            out.append(Target(variation=target["variation"], values=values, context_kind=kind))
+    return out
 
 
-def translate_flag(
-    key: str, ld: Mapping[str, Any], kind: str, context: Mapping[str, Any]
-) -> FlagSnapshot:
+def translate_flag(key: str, ld: Mapping[str, Any]) -> FlagSnapshot:
     on = bool(ld.get("on", False))
     prerequisites = ld.get("prerequisites") or []
     if "offVariation" in ld:
@@ -260,7 +235,7 @@ def translate_flag(
     else:
         raise Unmappable("flag without an off variation (Vane flags always have one)")
     if "fallthrough" in ld:
-        fallthrough = _serve(ld["fallthrough"], kind)
+        fallthrough = _serve(ld["fallthrough"])
     elif not on:
         fallthrough = Serve(variation=off)  # never served while the flag is off
     else:
@@ -277,12 +252,12 @@ def translate_flag(
         rules=tuple(
             Rule(
                 id=str(r.get("id", "")),
-                clauses=tuple(_clause(c, kind, context) for c in r.get("clauses") or ()),
-                serve=_serve(r, kind),
+                clauses=tuple(_clause(c) for c in r.get("clauses") or ()),
+                serve=_serve(r),
             )
             for r in ld.get("rules") or ()
         ),
-        targets=tuple(_targets(ld, kind)),
+        targets=tuple(_targets(ld)),
         prerequisites=tuple(
             Prerequisite(key=p["key"], variation=p["variation"]) for p in prerequisites
         ),
@@ -290,21 +265,18 @@ def translate_flag(
     )
 
 
-def translate_segment(
-    key: str, ld: Mapping[str, Any], kind: str, context: Mapping[str, Any]
-) -> SegmentSnapshot:
+def translate_segment(key: str, ld: Mapping[str, Any]) -> SegmentSnapshot:
     if ld.get("unbounded"):
         raise Unmappable("big (unbounded) segments")
 
-    def keys(user_list: str, kind_list: str) -> list[str]:
-        found = list(ld.get(user_list) or []) if kind == "user" else []
-        for entry in ld.get(kind_list) or []:
-            if entry.get("contextKind", "user") == kind:
-                found += entry.get("values") or []
-        return found
+    def by_kind(field: str) -> tuple[ContextKeys, ...]:
+        return tuple(
+            ContextKeys(
+                context_kind=e.get("contextKind", "user"), values=tuple(e.get("values") or ())
+            )
+            for e in ld.get(field) or []
+        )
 
-    included = keys("included", "includedContexts")
-    excluded = keys("excluded", "excludedContexts")
     rules = []
     for i, rule in enumerate(ld.get("rules") or []):
         if rule.get("weight") is not None:
@@ -312,14 +284,16 @@ def translate_segment(
         rules.append(
             SegmentRule(
                 id=str(rule.get("id", f"rule{i}")),
-                clauses=tuple(_clause(c, kind, context) for c in rule.get("clauses") or ()),
+                clauses=tuple(_clause(c) for c in rule.get("clauses") or ()),
             )
         )
     return SegmentSnapshot(
         key=key,
         version=1,
-        included=tuple(included),
-        excluded=tuple(excluded),
+        included=tuple(ld.get("included") or ()),
+        excluded=tuple(ld.get("excluded") or ()),
+        included_contexts=by_kind("includedContexts"),
+        excluded_contexts=by_kind("excludedContexts"),
         rules=tuple(rules),
         salt=ld.get("salt"),
     )
@@ -365,7 +339,6 @@ def translate(case: Case) -> tuple[Snapshot, dict[str, Any]]:
             "and WRONG_TYPE belong to SDK clients, not the engine)"
         )
     context = translate_context(case.evaluation.get("context"))
-    kind = context.get("kind") or "user"
     sdk = case.doc.get("sdkData") or {}
     ld_flags = {k: v for k, v in (sdk.get("flags") or {}).items() if not v.get("deleted")}
     ld_segments = sdk.get("segments") or {}
@@ -394,8 +367,8 @@ def translate(case: Case) -> tuple[Snapshot, dict[str, Any]]:
         project="ld",
         environment="conformance",
         version=1,
-        flags={k: translate_flag(k, ld_flags[k], kind, context) for k in flag_keys},
-        segments={k: translate_segment(k, ld_segments[k], kind, context) for k in segment_keys},
+        flags={k: translate_flag(k, ld_flags[k]) for k in flag_keys},
+        segments={k: translate_segment(k, ld_segments[k]) for k in segment_keys},
     )
     return snapshot, context
 

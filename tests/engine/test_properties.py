@@ -6,6 +6,7 @@ import string
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ from shared.engine import (
 from shared.engine.operators import OPERATORS
 from shared.wire.snapshot import (
     Clause,
+    ContextKeys,
     FlagSnapshot,
     Prerequisite,
     Rule,
@@ -144,12 +146,22 @@ def test_evaluate_never_raises_on_any_context(context: Any, key: str) -> None:
 @given(
     context=st.fixed_dictionaries(
         {"key": any_text.filter(bool)},
-        optional=dict.fromkeys(ATTRIBUTES[1:], json_values),
+        optional={
+            **dict.fromkeys(ATTRIBUTES[2:], json_values),
+            "kind": st.none() | st.sampled_from(["user", "organization", "device.v2"]),
+        },
     )
 )
 def test_valid_keys_never_error(context: dict[str, Any]) -> None:
     for result in evaluate_all(RICH, context, 0).values():
         assert result.reason is not Reason.ERROR
+
+
+@pytest.mark.parametrize("kind", [5, "", "multi", "kind", "has space", ["user"]])
+def test_a_kind_that_cannot_be_is_a_context_without_a_key(kind: Any) -> None:
+    """As in LaunchDarkly: a context whose ``kind`` names no possible kind is not a context."""
+    for result in evaluate_all(RICH, {"key": "u1", "kind": kind}, 0).values():
+        assert result.error_kind is ErrorKind.USER_NOT_SPECIFIED
 
 
 # ----------------------------------------------------------------------------- random snapshots
@@ -168,16 +180,21 @@ def serves(draw: st.DrawFn) -> Serve:
     return Serve(
         variation=draw(idx) if kind in ("variation", "both") else None,
         rollout=rollout if kind in ("rollout", "both") else None,
-        bucket_by=draw(st.none() | st.sampled_from(ATTRIBUTES)),
+        bucket_by=draw(st.none() | st.sampled_from(ATTRIBUTES + REFERENCES)),
+        context_kind=draw(RULE_KINDS),
     )
 
 
+# Kinds a rule may read (two real ones, and two that cannot be), and attribute references.
+RULE_KINDS = st.sampled_from([None, "user", "organization", "multi", ""])
+REFERENCES = ["/org/plan", "/tags", "/anonymous", "/", "/a~2b", "anonymous"]
 clauses = st.builds(
     Clause,
     op=st.sampled_from(sorted(OPERATORS)) | st.sampled_from(["", "nope"]),
-    attribute=st.none() | st.sampled_from(ATTRIBUTES),
+    attribute=st.none() | st.sampled_from(ATTRIBUTES + REFERENCES),
     values=st.lists(json_values | KEYS, max_size=3).map(tuple),
     negate=st.booleans(),
+    context_kind=RULE_KINDS,
 )
 flags = st.builds(
     FlagSnapshot,
@@ -200,7 +217,12 @@ flags = st.builds(
         max_size=3,
     ).map(tuple),
     targets=st.lists(
-        st.builds(Target, variation=idx, values=st.lists(any_text, max_size=3).map(tuple)),
+        st.builds(
+            Target,
+            variation=idx,
+            values=st.lists(any_text | KEYS, max_size=3).map(tuple),
+            context_kind=RULE_KINDS,
+        ),
         max_size=2,
     ).map(tuple),
     prerequisites=st.lists(st.builds(Prerequisite, key=KEYS, variation=idx), max_size=2).map(tuple),
@@ -212,15 +234,24 @@ segments = st.builds(
     SegmentSnapshot,
     key=KEYS,
     version=st.just(1),
-    included=st.lists(any_text, max_size=2).map(tuple),
-    excluded=st.lists(any_text, max_size=2).map(tuple),
+    included=st.lists(any_text | KEYS, max_size=2).map(tuple),
+    excluded=st.lists(any_text | KEYS, max_size=2).map(tuple),
+    included_contexts=st.lists(
+        st.builds(ContextKeys, context_kind=RULE_KINDS, values=st.lists(KEYS).map(tuple)),
+        max_size=2,
+    ).map(tuple),
+    excluded_contexts=st.lists(
+        st.builds(ContextKeys, context_kind=RULE_KINDS, values=st.lists(KEYS).map(tuple)),
+        max_size=2,
+    ).map(tuple),
     rules=st.lists(
         st.builds(
             SegmentRule,
             id=st.just("s"),
             clauses=st.lists(clauses, max_size=2).map(tuple),
             weight=st.none() | st.integers(-1, 100_001),
-            bucket_by=st.none() | st.sampled_from(ATTRIBUTES),
+            bucket_by=st.none() | st.sampled_from(ATTRIBUTES + REFERENCES),
+            context_kind=RULE_KINDS,
         ),
         max_size=2,
     ).map(tuple),
@@ -254,6 +285,128 @@ def test_random_snapshots_compile_or_refuse_and_never_raise(
             check(evaluate(env, key, context, 0))
         for result in evaluate_all(env, context, 0, client_side_only=True).values():
             check(result)
+
+
+# Valid flags whose rules often match: every clause, target, rollout and segment reads a kind.
+A_KIND = st.sampled_from([None, "user", "organization"])  # None: a rule written before kinds
+kinded_clauses = st.builds(
+    Clause,
+    op=st.just("in"),
+    attribute=st.sampled_from(["key", "plan", "/org/plan", "anonymous", "kind"]),
+    values=st.lists(KEYS | st.booleans() | st.just("organization"), min_size=1, max_size=3).map(
+        tuple
+    ),
+    negate=st.booleans(),
+    context_kind=A_KIND,
+)
+segment_match = st.builds(
+    Clause, op=st.just("segmentMatch"), values=st.lists(KEYS, min_size=1).map(tuple)
+)
+kinded_serves = st.builds(Serve, variation=st.integers(0, 1)) | st.builds(
+    Serve,
+    rollout=st.just((WeightedVariation(0, 50_000), WeightedVariation(1, 50_000))),
+    bucket_by=st.sampled_from([None, "plan", "/org/plan"]),
+    context_kind=A_KIND,
+)
+kinded_flags = st.builds(
+    FlagSnapshot,
+    key=KEYS,
+    version=st.just(1),
+    type=st.just("boolean"),
+    variations=st.just((Variation(0, False), Variation(1, True))),
+    enabled=st.just(True),
+    off_variation=st.just(0),
+    fallthrough=kinded_serves,
+    rules=st.lists(
+        st.builds(
+            Rule,
+            id=st.just("r"),
+            clauses=st.lists(kinded_clauses | segment_match, min_size=1, max_size=2).map(tuple),
+            serve=kinded_serves,
+        ),
+        max_size=3,
+    ).map(tuple),
+    targets=st.lists(
+        st.builds(
+            Target,
+            variation=st.integers(0, 1),
+            values=st.lists(KEYS, min_size=1, max_size=2).map(tuple),
+            context_kind=A_KIND,
+        ),
+        max_size=2,
+    ).map(tuple),
+)
+kinded_segments = st.builds(
+    SegmentSnapshot,
+    key=KEYS,
+    version=st.just(1),
+    included=st.lists(KEYS, max_size=1).map(tuple),
+    excluded=st.lists(KEYS, max_size=1).map(tuple),
+    included_contexts=st.lists(
+        st.builds(ContextKeys, context_kind=A_KIND, values=st.lists(KEYS).map(tuple)),
+        max_size=1,
+    ).map(tuple),
+    excluded_contexts=st.lists(
+        st.builds(ContextKeys, context_kind=A_KIND, values=st.lists(KEYS).map(tuple)),
+        max_size=1,
+    ).map(tuple),
+    rules=st.lists(
+        st.builds(
+            SegmentRule,
+            id=st.just("s"),
+            clauses=st.lists(kinded_clauses, min_size=1, max_size=2).map(tuple),
+            weight=st.none() | st.just(50_000),
+            bucket_by=st.sampled_from([None, "plan"]),
+            context_kind=A_KIND,
+        ),
+        max_size=2,
+    ).map(tuple),
+)
+kinded_snapshots = st.builds(
+    Snapshot,
+    project=st.just("p"),
+    environment=st.just("e"),
+    version=st.just(1),
+    flags=st.lists(kinded_flags, min_size=1, max_size=4).map(lambda fs: {f.key: f for f in fs}),
+    segments=st.lists(kinded_segments, max_size=3).map(lambda ss: {s.key: s for s in ss}),
+)
+# A part of one kind: a key rules may target, and the attributes rules read.
+parts = st.fixed_dictionaries(
+    {"key": KEYS},
+    optional={
+        "plan": KEYS,
+        "anonymous": st.booleans(),
+        "org": st.fixed_dictionaries({}, optional={"plan": KEYS}),
+    },
+)
+
+
+def _same(env: Any, first: Any, second: Any) -> None:
+    assert evaluate_all(env, first, 0) == evaluate_all(env, second, 0)
+    for key in env.runs:
+        assert evaluate(env, key, first, 0) == evaluate(env, key, second, 0)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=kinded_snapshots, user=parts, organization=parts, unrelated=parts)
+def test_a_context_and_the_multi_kind_context_holding_it_evaluate_alike(
+    snapshot: Snapshot, user: dict[str, Any], organization: dict[str, Any], unrelated: Any
+) -> None:
+    """Issue #23: a single-kind context evaluates as the multi-kind context holding only it, for
+    every generated flag (rules, targets, rollouts and segments on either kind), and adding a
+    kind no rule reads changes nothing."""
+    env = compile_snapshot(snapshot, strict=False)
+    _same(env, user, {"kind": "multi", "user": user})
+    org = {**organization, "kind": "organization"}
+    _same(env, org, {"kind": "multi", "organization": organization})
+    clauses_ = [c for f in snapshot.flags.values() for r in f.rules for c in r.clauses]
+    clauses_ += [c for s in snapshot.segments.values() for r in s.rules for c in r.clauses]
+    if any(c.attribute == "kind" for c in clauses_):
+        return  # a clause on ``kind`` reads every kind the context holds, related or not
+    other = "unrelated"  # a kind no generated rule reads
+    _same(env, {**user, "kind": "user"}, {"kind": "multi", "user": user, other: unrelated})
+    both = {"kind": "multi", "user": user, "organization": organization}
+    _same(env, both, {**both, other: unrelated})
 
 
 # --------------------------------------------------------------------------------- wire format

@@ -1,0 +1,165 @@
+"""Context kinds and attribute references: how a rule finds the value it reads.
+
+A context is a mapping. A plain one (no ``kind``, or ``kind: "user"``) is a user, as it has
+always been: its key is ``key``, else OpenFeature's ``targetingKey``, and its attributes are its
+top-level properties. A context of another kind names it (``{"kind": "organization", "key":
+"acme", "plan": "enterprise"}``); a multi-kind context holds one such part per kind, as
+LaunchDarkly shapes it::
+
+    {"kind": "multi", "user": {"key": "u1", "email": "..."},
+                      "organization": {"key": "acme", "plan": "enterprise"}}
+
+A clause, an individual target, a segment's listed keys and a rollout each read one kind
+(``user`` by default); against a context without that kind a clause never matches (negated or
+not), a target or a listed key never applies, and a rollout buckets as for a missing attribute.
+
+The closures see a plain context as it comes, so rules on users cost nothing more than before.
+A context naming kinds is seen as ``Kinds``: a dict holding the user part's attributes (so the
+same user rules read it unchanged), with the parts of every kind beside it; its user key is
+``""`` when it has no user part (a real key is never empty), which the closures read as "no
+user". Rules on another kind find their part in ``Kinds.parts``.
+
+Where a rule names its kind, its attribute is a reference (LaunchDarkly's syntax): one starting
+with ``/`` reads into nested objects, ``/address/city``, with ``~1`` for ``/`` and ``~0`` for
+``~`` inside a name; any other is one top-level name. Where a rule names no kind (every rule
+written before kinds), it reads the user and its attribute is one literal name, slashes and all,
+as LaunchDarkly reads a clause without ``contextKind``. ``anonymous`` is an attribute of every
+kind, ``false`` when absent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shared.engine.model import InvalidAt
+
+USER = "user"
+MULTI = "multi"
+_KIND = re.compile(r"^[A-Za-z0-9._-]+$")
+
+Context = Mapping[str, Any]
+Part = tuple[Context, str]  # a kind's attributes and its key
+
+
+class Kinds(dict[str, Any]):
+    """A context naming kinds, as the closures see it: the user part's attributes, and
+    ``parts`` (every kind's attributes and key) and ``names`` (its kinds, in order)."""
+
+    __slots__ = ("names", "parts")
+
+    parts: dict[str, Part]
+    names: tuple[str, ...]
+
+
+def kind_problem(kind: Any) -> str | None:
+    """Why ``kind`` cannot name a context kind, or None (LaunchDarkly's rule)."""
+    if not isinstance(kind, str) or not _KIND.match(kind):
+        return "a context kind is letters, digits, '.', '_' or '-'"
+    if kind in (MULTI, "kind"):
+        return f"{kind!r} is not a context kind"
+    return None
+
+
+def check_kind(kind: Any, path: str) -> str:
+    """The kind a rule names (``None``: the user), or ``InvalidAt``."""
+    if kind is None:
+        return USER
+    problem = kind_problem(kind)
+    if problem is not None:
+        raise InvalidAt(path, problem)
+    return str(kind)
+
+
+def key_of(part: Mapping[str, Any]) -> str | None:
+    """A part's key: ``key``, else ``targetingKey``; ``None`` unless a non-empty string."""
+    key = part.get("key")
+    if key is None or key == "":
+        key = part.get("targetingKey")
+    if isinstance(key, str) and key:
+        return str(key)
+    return None
+
+
+def view(context: Context) -> tuple[Context, str] | None:
+    """How the closures see a context, and its user key (``""`` without a user part); ``None``
+    for a context that has no usable key (a part without one, or a kind that cannot be)."""
+    kind = context.get("kind")
+    if kind is None or kind == USER:
+        key = key_of(context)
+        return None if key is None else (context, key)
+    parts: dict[str, Part] = {}
+    if kind == MULTI:
+        for name, part in context.items():
+            if name == "kind":
+                continue
+            if kind_problem(name) is not None or not isinstance(part, Mapping):
+                return None
+            part_key = key_of(part)
+            if part_key is None:
+                return None
+            parts[name] = (part, part_key)
+        if not parts:
+            return None
+    else:
+        part_key = key_of(context)
+        if kind_problem(kind) is not None or part_key is None:
+            return None
+        parts[kind] = (context, part_key)
+    user = parts.get(USER)
+    seen = Kinds(user[0] if user is not None else ())
+    seen.parts = parts
+    seen.names = tuple(parts)
+    return seen, (user[1] if user is not None else "")
+
+
+def part_of(context: Context, key: str, kind: str) -> Part | None:
+    """The attributes and key of ``kind`` in a context as the closures see it, or None."""
+    if kind == USER:
+        return (context, key) if key else None
+    if context.__class__ is not Kinds:
+        return None
+    return context.parts.get(kind)
+
+
+def kinds_of(context: Context) -> tuple[str, ...]:
+    """The kinds a context as the closures see it holds (what the attribute ``kind`` reads)."""
+    if context.__class__ is Kinds:
+        return context.names
+    return (USER,)
+
+
+def reference(attribute: str, path: str, *, literal: bool = False) -> tuple[str, ...]:
+    """An attribute as the names to read, outermost first: a literal name (or a reference
+    without ``/``) is itself; a reference (``/a/b``) is its unescaped components. A malformed
+    reference raises."""
+    if literal or not attribute.startswith("/"):
+        return (attribute,)
+    names = attribute[1:].split("/")
+    if any(not name for name in names):
+        raise InvalidAt(path, f"malformed attribute reference {attribute!r}: an empty name")
+    if re.search(r"~(?![01])", attribute):
+        raise InvalidAt(
+            path, f"malformed attribute reference {attribute!r}: '~' must be '~0' or '~1'"
+        )
+    return tuple(name.replace("~1", "/").replace("~0", "~") for name in names)
+
+
+def reader(names: tuple[str, ...]) -> Callable[[Context], Any]:
+    """Reads the value at ``names`` in a part's attributes (None where it is missing)."""
+    if len(names) == 1:
+        (name,) = names
+        if name == "anonymous":
+            return lambda attributes: attributes.get(name, False)
+        return lambda attributes: attributes.get(name)
+
+    def read_nested(attributes: Context) -> Any:
+        value: Any = attributes
+        for name in names:
+            if not isinstance(value, Mapping):
+                return None
+            value = value.get(name)
+        return value
+
+    return read_nested
