@@ -4,8 +4,9 @@ Standard library, msgspec and mmh3 only: no I/O, no clock, no logging, and no sa
 process (the garbage collector is the caller's). Compiling a malformed snapshot raises
 ``CompileError``; evaluating never raises.
 
-Modules, one job each: ``rules`` and ``operators`` compile clauses, rules and segments into
-matchers; ``closures`` builds one flag's evaluation closure; ``graph`` holds the dependency
+Modules, one job each: ``contexts`` says how a rule finds what it reads (context kinds,
+multi-kind contexts, attribute references); ``rules`` and ``operators`` compile clauses, rules
+and segments into matchers; ``closures`` builds one flag's evaluation closure; ``graph`` holds the dependency
 graph's rules (who names whom, order, cycles, nesting); ``snapshot`` compiles whole snapshots
 and patches; ``validation`` checks one flag or segment for the control plane; ``evaluator``
 runs the compiled result.

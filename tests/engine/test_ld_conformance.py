@@ -5,8 +5,7 @@ unchanged, with its licence and notice, in ``tests/engine/data/ld-sdk-test-harne
 ``VANE_LD_CONFORMANCE_DIR`` points the test at another copy (a newer release, say). Each case is translated into Vane's model (``ld_harness.py``) and evaluated;
 value, variation index and reason (kind, rule index and id, prerequisite key, error kind) must
 match. A case is skipped, with its reason, when it needs something Vane does not model
-(multi-kind contexts, kind-scoped targets, nested attribute references, LD's SHA-1 bucket values)
-or when Vane deliberately refuses at compile time what LaunchDarkly tolerates at evaluation time;
+(LD's SHA-1 bucket values, big segments, SDK-side typed variations) or when Vane deliberately refuses at compile time what LaunchDarkly tolerates at evaluation time;
 those refusals are verified before skipping. Cases LD expects to fail as ``MALFORMED_FLAG`` must
 be refused by ``compile_snapshot`` and evaluate to ``MALFORMED_FLAG`` when compiled leniently.
 
