@@ -58,6 +58,7 @@ class ClauseForm:
     op: str = "in"
     values: str = ""
     negate: bool = False
+    context_kind: str = ""  # blank: the user, and the attribute a literal name
 
     def to_api(self) -> s.ClauseIn:
         if self.op == "segmentMatch":
@@ -68,6 +69,7 @@ class ClauseForm:
             attribute=self.attribute.strip() or None,
             values=values_of(self.values, self.op),
             negate=self.negate,
+            context_kind=self.context_kind.strip() or None,
         )
 
 
@@ -125,6 +127,7 @@ def clauses_from_api(clauses: list[s.Clause]) -> list[ClauseForm]:
             op=c.op,
             values=lines_of(c.values),
             negate=c.negate,
+            context_kind=c.context_kind if isinstance(c.context_kind, str) else "",
         )
         for c in clauses
     ]
@@ -160,6 +163,8 @@ def rules_from_form(form: Mapping[str, Any]) -> list[RuleForm]:
                 target.negate = text in ("on", "true", "1")
             elif attr in ("attribute", "op", "values"):
                 setattr(target, attr, text)
+            elif attr == "contextKind":
+                target.context_kind = text
         elif weight is not None:
             rule.weights[int(weight.group(1))] = text
         elif rest in ("id", "description", "serve", "weight"):

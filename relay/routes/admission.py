@@ -21,7 +21,7 @@ from relay.routes.ratelimit import RateGate
 from relay.routes.views import View, Views
 from relay.settings import RelaySettings
 from relay.store import Caller, EnvironmentState, Store
-from shared.engine import Evaluation, context_key
+from shared.engine import Evaluation, context_key, unit_key
 from shared.keys import SERVER_KEY_FROM_PAGE
 from shared.wire.protocol import AccessKey
 
@@ -74,7 +74,8 @@ class Browser:
     ) -> None:
         """Tell the exposure reporter (if any) what a context was served."""
         if self.exposures is not None:
-            self.exposures.report(state, context_key(context), evaluations)
+            unit = unit_key(context) or context_key(context)  # the user's, else the one kind's
+            self.exposures.report(state, unit, evaluations)
 
     async def admit(
         self, request: Request, error_body: ErrorBody, *, backends: bool = False

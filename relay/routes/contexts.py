@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from shared.engine import context_problem
 from shared.wire.body import MalformedBody, decode
 
 
@@ -55,8 +56,19 @@ def targeting_key_problem(context: dict[str, Any]) -> tuple[str, str] | None:
     """``(errorCode, errorDetails)`` when the context has no usable key, else None.
 
     A key of the wrong type is INVALID_CONTEXT; no key at all is TARGETING_KEY_MISSING (the
-    engine accepts ``key`` or OpenFeature's ``targetingKey``, a non-empty string).
+    engine accepts ``key`` or OpenFeature's ``targetingKey``, a non-empty string). A context
+    naming a kind (``kind``: another kind, or ``"multi"`` with a part per kind, as
+    LaunchDarkly's OpenFeature providers carry it) needs a key in each part; a kind that cannot
+    be is INVALID_CONTEXT.
     """
+    kind = context.get("kind")
+    if kind is not None and kind != "user":
+        found = context_problem(context)
+        if found is None:
+            return None
+        field, message = found
+        code = "TARGETING_KEY_MISSING" if field.endswith("key") else "INVALID_CONTEXT"
+        return code, f"context.{field}: {message}"
     for name in ("key", "targetingKey"):
         value = context.get(name)
         if value.__class__ is str and value:

@@ -36,6 +36,7 @@ from shared.engine import (
     evaluate,
     ofrep_error_code,
     openfeature_reason,
+    unit_key,
 )
 from shared.wire import protocol as p
 from shared.wire.events import FLAG_EXPOSURE
@@ -175,7 +176,7 @@ class FirstExposures:
         flag = snapshot.flags.get(key)
         if flag is None or not flag.track_exposures or evaluation.variation is None:
             return
-        unit = context_key(context)
+        unit = unit_key(context) or context_key(context)  # the user's, else the one kind's
         if unit is None:
             return
         event_id = f"flagexp:{key}:{unit}:{evaluation.variation}"

@@ -13,6 +13,7 @@ runs the compiled result.
 """
 
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, experiment_bucket
+from shared.engine.contexts import context_problem, unit_key
 from shared.engine.evaluator import context_key, evaluate, evaluate_all
 from shared.engine.graph import prerequisite_cycle, segment_cycle, segments_named
 from shared.engine.model import CompileError, ErrorKind, Evaluation, Reason
@@ -37,6 +38,7 @@ __all__ = [
     "compile_patch",
     "compile_snapshot",
     "context_key",
+    "context_problem",
     "evaluate",
     "evaluate_all",
     "experiment_bucket",
@@ -45,6 +47,7 @@ __all__ = [
     "prerequisite_cycle",
     "segment_cycle",
     "segments_named",
+    "unit_key",
     "validate_flag",
     "validate_segment",
 ]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, cumulative, hash32, mmh3_hash
-from shared.engine.contexts import USER, Context, check_kind, part_of
+from shared.engine.contexts import Context, check_kind, part_of
 from shared.engine.model import Evaluation, InvalidAt, Reason
 from shared.engine.operators import is_number
 from shared.engine.rules import (
@@ -31,6 +31,7 @@ from shared.engine.rules import (
     sequence,
     text,
 )
+from shared.wire.kinds import USER
 from shared.wire.snapshot import (
     FlagSnapshot,
     Prerequisite,

@@ -29,15 +29,15 @@ kind, ``false`` when absent.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from shared.engine.model import InvalidAt
+from shared.wire.kinds import MULTI, USER, kind_problem, reference_names
 
-USER = "user"
-MULTI = "multi"
-_KIND = re.compile(r"^[A-Za-z0-9._-]+$")
+# Beside the parts of a multi-kind context: its kind, and the targeting key OpenFeature always
+# carries (its SDKs set one at the top; LaunchDarkly's OpenFeature providers ignore it there).
+_NOT_PARTS = frozenset({"kind", "targetingKey"})
 
 Context = Mapping[str, Any]
 Part = tuple[Context, str]  # a kind's attributes and its key
@@ -51,15 +51,6 @@ class Kinds(dict[str, Any]):
 
     parts: dict[str, Part]
     names: tuple[str, ...]
-
-
-def kind_problem(kind: Any) -> str | None:
-    """Why ``kind`` cannot name a context kind, or None (LaunchDarkly's rule)."""
-    if not isinstance(kind, str) or not _KIND.match(kind):
-        return "a context kind is letters, digits, '.', '_' or '-'"
-    if kind in (MULTI, "kind"):
-        return f"{kind!r} is not a context kind"
-    return None
 
 
 def check_kind(kind: Any, path: str) -> str:
@@ -82,6 +73,40 @@ def key_of(part: Mapping[str, Any]) -> str | None:
     return None
 
 
+def unit_key(context: Context, kind: str = USER) -> str | None:
+    """The key of the part of ``kind`` in a context as it arrives (a plain context is a user),
+    or None: what an experiment randomized on ``kind`` assigns, and exposures record."""
+    given = context.get("kind")
+    if given == MULTI:
+        part = context.get(kind) if kind not in _NOT_PARTS else None
+        return key_of(part) if isinstance(part, Mapping) else None
+    return key_of(context) if (given if given is not None else USER) == kind else None
+
+
+def context_problem(context: Context) -> tuple[str, str] | None:
+    """Why a context as it arrives cannot be evaluated (the field, what is wrong), or None:
+    what a relay answers before evaluating (``view`` gives no reason)."""
+    kind = context.get("kind")
+    if kind is None or kind == USER:
+        return None if key_of(context) is not None else ("key", "a non-empty key is required")
+    if kind != MULTI:
+        if (problem := kind_problem(kind)) is not None:
+            return "kind", problem
+        return None if key_of(context) is not None else ("key", "a non-empty key is required")
+    parts = [name for name in context if name not in _NOT_PARTS]
+    if not parts:
+        return "kind", "a multi-kind context holds at least one kind"
+    for name in parts:
+        part = context[name]
+        if (problem := kind_problem(name)) is not None:
+            return name, problem
+        if not isinstance(part, Mapping):
+            return name, "a part of a multi-kind context is an object"
+        if key_of(part) is None:
+            return f"{name}.key", "a non-empty key is required"
+    return None
+
+
 def view(context: Context) -> tuple[Context, str] | None:
     """How the closures see a context, and its user key (``""`` without a user part); ``None``
     for a context that has no usable key (a part without one, or a kind that cannot be)."""
@@ -92,7 +117,7 @@ def view(context: Context) -> tuple[Context, str] | None:
     parts: dict[str, Part] = {}
     if kind == MULTI:
         for name, part in context.items():
-            if name == "kind":
+            if name in _NOT_PARTS:
                 continue
             if kind_problem(name) is not None or not isinstance(part, Mapping):
                 return None
@@ -131,19 +156,23 @@ def kinds_of(context: Context) -> tuple[str, ...]:
 
 
 def reference(attribute: str, path: str, *, literal: bool = False) -> tuple[str, ...]:
-    """An attribute as the names to read, outermost first: a literal name (or a reference
-    without ``/``) is itself; a reference (``/a/b``) is its unescaped components. A malformed
-    reference raises."""
-    if literal or not attribute.startswith("/"):
+    """An attribute as the names to read, outermost first (``shared.wire.kinds``): a literal
+    name is itself. A malformed reference raises ``InvalidAt``."""
+    if literal:
         return (attribute,)
-    names = attribute[1:].split("/")
-    if any(not name for name in names):
-        raise InvalidAt(path, f"malformed attribute reference {attribute!r}: an empty name")
-    if re.search(r"~(?![01])", attribute):
-        raise InvalidAt(
-            path, f"malformed attribute reference {attribute!r}: '~' must be '~0' or '~1'"
-        )
-    return tuple(name.replace("~1", "/").replace("~0", "~") for name in names)
+    try:
+        return reference_names(attribute)
+    except ValueError as exc:
+        raise InvalidAt(path, str(exc)) from None
+
+
+def reference_problem(attribute: str) -> str | None:
+    """Why ``attribute``, read as a reference (a rule that names its kind), cannot be one."""
+    try:
+        reference(attribute, "")
+    except InvalidAt as exc:
+        return exc.message
+    return None
 
 
 def reader(names: tuple[str, ...]) -> Callable[[Context], Any]:

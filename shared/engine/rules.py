@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 from shared.engine import operators
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, bucketable
 from shared.engine.contexts import (
-    USER,
     Context,
     check_kind,
     kinds_of,
@@ -32,6 +31,7 @@ from shared.engine.contexts import (
 )
 from shared.engine.model import InvalidAt
 from shared.engine.operators import ARRAYS
+from shared.wire.kinds import USER
 from shared.wire.snapshot import Clause, ContextKeys, SegmentRule, SegmentSnapshot
 
 Matcher = Callable[[Context, str], bool]

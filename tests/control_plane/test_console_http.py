@@ -111,3 +111,30 @@ def test_deleting_an_environment_from_the_console_revokes_its_keys_as_the_api_do
     assert api.get("/flags", key=key["key"]).status_code == 401
     actions = [e["action"] for e in api.get("/audit").json()["entries"][:2]]
     assert actions == ["environment.delete", "key.revoke"]
+
+
+def test_a_rule_on_another_context_kind_is_written_from_the_console(api: Api) -> None:
+    """Issue #23: the rules editor's clause names its kind, through the same service as the API;
+    a kind that cannot be is the API's error, shown at that field."""
+    assert api.post("/flags", {"key": "kinds"}).status_code == 201
+    _, csrf = signed_in(api)
+    path = "/console/flags/kinds/environments/staging/rules"
+    form = {
+        "_csrf": csrf,
+        "rules[0].clauses[0].contextKind": "organization",
+        "rules[0].clauses[0].attribute": "/address/city",
+        "rules[0].clauses[0].op": "in",
+        "rules[0].clauses[0].values": "Lyon",
+        "rules[0].serve": "0",
+    }
+    saved = api.client.post(path, data=form, follow_redirects=False)
+    assert saved.status_code == 303, saved.text
+    [clause] = api.get("/flags/kinds/environments/staging/rules").json()["rules"][0]["clauses"]
+    assert (clause["contextKind"], clause["attribute"]) == ("organization", "/address/city")
+    page = api.client.get("/console/flags/kinds?env=staging").text
+    assert 'value="organization"' in page
+    refused = api.client.post(
+        path, data={**form, "rules[0].clauses[0].contextKind": "multi"}, follow_redirects=False
+    )
+    assert refused.status_code == 422
+    assert "is not a context kind" in refused.text

@@ -798,3 +798,34 @@ async def test_extra_routes_share_the_gate() -> None:
         cors_ok(ok)
         refused = await client.post("/sdk/v1/echo", content=b"[1]", headers=auth(SERVER))
         vane_error(refused, 403, "forbidden")
+
+
+async def test_ofrep_takes_kinds_as_launchdarklys_openfeature_providers_carry_them(
+    relay: Relay,
+) -> None:
+    """Issue #23: ``kind`` in an evaluation context names its kind; ``"multi"`` holds a part per
+    kind. A user target applies to the user part of a multi-kind context, not to an
+    organization with the same key; a part without a key, or a kind that cannot be, is refused
+    as OFREP refuses a context without a key."""
+    member = {"kind": "multi", "user": {"key": "target-user-j1"}, "organization": {"key": "o"}}
+    same_key = {"kind": "organization", "targetingKey": "target-user-j1"}
+    async with relay.client() as client:
+        hit = await client.post(f"{BULK}/dark-mode", json={"context": member}, headers=auth())
+        assert (hit.status_code, hit.json()["reason"]) == (200, "TARGETING_MATCH"), hit.text
+        other = await client.post(f"{BULK}/dark-mode", json={"context": same_key}, headers=auth())
+        assert (other.status_code, other.json()["reason"]) == (200, "DEFAULT"), other.text
+        cases = [
+            ({"kind": "multi", "user": {"name": "no key"}}, "TARGETING_KEY_MISSING"),
+            ({"kind": "multi"}, "INVALID_CONTEXT"),
+            ({"kind": "multi", "user": "u1"}, "INVALID_CONTEXT"),
+            ({"kind": "has space", "targetingKey": "u1"}, "INVALID_CONTEXT"),
+        ]
+        for context, code in cases:
+            response = await client.post(
+                f"{BULK}/dark-mode", json={"context": context}, headers=auth()
+            )
+            assert response.status_code == 400, context
+            assert response.json()["errorCode"] == code, context
+        bulk = await client.post(BULK, json={"context": member}, headers=auth())
+        dark = next(f for f in bulk.json()["flags"] if f["key"] == "dark-mode")
+        assert dark["reason"] == "TARGETING_MATCH"

@@ -57,8 +57,11 @@ class FlagDeleted(ApiOut):
 
 
 class TargetIn(ApiIn):
+    """The keys of contexts of ``contextKind`` (none: users) that get ``variation``."""
+
     variation: int
     values: list[str]
+    context_kind: str | None = None
 
 
 class PrerequisiteIn(ApiIn):
@@ -118,6 +121,7 @@ class Rule(ApiOut):
 class Target(ApiOut):
     variation: int
     values: list[str]
+    context_kind: str | UnsetType = UNSET
 
 
 class Prerequisite(ApiOut):

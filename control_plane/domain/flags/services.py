@@ -126,7 +126,12 @@ def settings_out(flag: Flag, env_key: str, setting: FlagSetting) -> s.Environmen
         off_variation=setting.off_variation,
         fallthrough=serve_out(setting.fallthrough),
         targets=[
-            s.Target(variation=t["variation"], values=list(t["values"])) for t in setting.targets
+            s.Target(
+                variation=t["variation"],
+                values=list(t["values"]),
+                context_kind=t.get("contextKind") or msgspec.UNSET,
+            )
+            for t in setting.targets
         ],
         prerequisites=[
             s.Prerequisite(key=p["key"], variation=p["variation"]) for p in setting.prerequisites

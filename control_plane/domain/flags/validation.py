@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from control_plane.domain.flags import schemas as s
+from control_plane.domain.targeting import validation as targeting
 from control_plane.domain.targeting.validation import clause, serve
 from control_plane.domain.validation import MAX_NAME, Problems
 from shared.wire import body
@@ -145,18 +146,27 @@ def targets(
     problems: Problems, given: Iterable[s.TargetIn], idxs: frozenset[int]
 ) -> list[w.Target]:
     out = []
-    owner: dict[str, int] = {}
+    owner: dict[tuple[str, str], int] = {}  # (kind, key) -> the target listing it
     for i, target in enumerate(given):
         field = f"targets[{i}]"
         if target.variation not in idxs:
             problems.add(f"{field}.variation", f"no variation has idx {target.variation}")
+        kind = targeting.context_kind(problems, f"{field}.contextKind", target.context_kind)
         for j, key in enumerate(target.values):
+            listed = (kind or "user", key)
             if not key:
                 problems.add(f"{field}.values[{j}]", "a context key is not empty")
-            elif key in owner and owner[key] != i:
+            elif listed in owner and owner[listed] != i:
                 problems.add(
-                    f"{field}.values[{j}]", f"{key!r} is already targeted by targets[{owner[key]}]"
+                    f"{field}.values[{j}]",
+                    f"{key!r} is already targeted by targets[{owner[listed]}]",
                 )
-            owner.setdefault(key, i)
-        out.append(w.Target(variation=target.variation, values=tuple(dict.fromkeys(target.values))))
+            owner.setdefault(listed, i)
+        out.append(
+            w.Target(
+                variation=target.variation,
+                values=tuple(dict.fromkeys(target.values)),
+                context_kind=kind,
+            )
+        )
     return out

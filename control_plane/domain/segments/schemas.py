@@ -14,6 +14,7 @@ class SegmentRuleIn(ApiIn):
     id: str | None = None
     weight: float | None = None  # percent of matching contexts that are in
     bucket_by: str | None = None
+    context_kind: str | None = None  # the kind whose bucketBy is hashed; none: the user's
 
 
 class SegmentCreate(ApiIn):
@@ -38,6 +39,7 @@ class SegmentRule(ApiOut):
     clauses: list[Clause]
     weight: float | int | None = None
     bucket_by: str | None = None
+    context_kind: str | None = None
 
 
 class Segment(ApiOut):

@@ -41,6 +41,7 @@ def segment_out(row: Segment) -> s.Segment:
                 clauses=[clause_out(c) for c in r.clauses],
                 weight=None if r.weight is None else percent(r.weight),
                 bucket_by=r.bucket_by,
+                context_kind=r.context_kind,
             )
             for r in rules
         ],
@@ -76,12 +77,15 @@ def _rules(
             if not 0 <= rule.weight <= 100:
                 problems.add(f"{field}.weight", "must be a percentage from 0 to 100")
             weight = round(rule.weight * 1000)
+        kind = targeting.context_kind(problems, f"{field}.contextKind", rule.context_kind)
+        targeting.bucket_by(problems, f"{field}.bucketBy", rule.bucket_by, kind)
         out.append(
             w.SegmentRule(
                 id=rule.id or "rule_" + secrets.token_hex(4),
                 clauses=clauses,
                 weight=weight,
                 bucket_by=rule.bucket_by,
+                context_kind=kind,
             )
         )
     return out

@@ -23,16 +23,21 @@ class ServeIn(ApiIn):
     variation: int | None = None
     rollout: list[WeightIn] | None = None
     bucket_by: str | None = None
+    # the context kind whose bucketBy is hashed (then bucketBy is a reference); none: the user's
+    context_kind: str | None = None
 
 
 class ClauseIn(ApiIn):
-    """``{attribute, op, values, negate}`` or ``{segment, op: "segmentMatch"}``."""
+    """``{attribute, op, values, negate, contextKind}`` or ``{segment, op: "segmentMatch"}``.
+    With ``contextKind`` the clause reads that kind and ``attribute`` is a reference
+    (``/address/city``); without, it reads the user and ``attribute`` is a literal name."""
 
     op: str | None = None
     attribute: str | None = None
     values: list[Any] | None = None
     segment: str | None = None
     negate: bool = False
+    context_kind: str | None = None
 
 
 class Weight(ApiOut):
@@ -44,6 +49,7 @@ class Serve(ApiOut):
     variation: int | UnsetType | None = UNSET
     rollout: list[Weight] | UnsetType = UNSET
     bucket_by: str | UnsetType = UNSET
+    context_kind: str | UnsetType = UNSET
 
 
 class Clause(ApiOut):
@@ -51,6 +57,7 @@ class Clause(ApiOut):
     values: list[Any]
     attribute: str | UnsetType = UNSET
     negate: bool = False
+    context_kind: str | UnsetType = UNSET
 
 
 def serve_out(stored: dict[str, Any]) -> Serve:
@@ -59,6 +66,7 @@ def serve_out(stored: dict[str, Any]) -> Serve:
         return Serve(
             rollout=[Weight(idx=i.idx, weight=percent(i.weight)) for i in served.rollout],
             bucket_by=served.bucket_by if served.bucket_by else msgspec.UNSET,
+            context_kind=_or_unset(served.context_kind),
         )
     return Serve(variation=served.variation)
 
@@ -67,6 +75,11 @@ def clause_out(clause: w.Clause) -> Clause:
     return Clause(
         op=clause.op,
         values=list(clause.values),
-        attribute=clause.attribute if clause.attribute is not None else msgspec.UNSET,
+        attribute=_or_unset(clause.attribute),
         negate=clause.negate,
+        context_kind=_or_unset(clause.context_kind),
     )
+
+
+def _or_unset(value: str | None) -> str | UnsetType:
+    return value if value is not None else msgspec.UNSET

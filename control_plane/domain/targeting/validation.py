@@ -13,9 +13,11 @@ from typing import Any
 
 from control_plane.domain.targeting.schemas import ClauseIn, ServeIn, WeightIn
 from control_plane.domain.validation import Problems
+from shared.engine.contexts import reference_problem
 from shared.engine.operators import DATE_OPS, NUMBER_OPS, OPERATORS, SEMVER_OPS, STRING_OPS
 from shared.wire import body
 from shared.wire import snapshot as w
+from shared.wire.kinds import kind_problem
 
 MAX_VALUES_PER_CLAUSE = 10_000
 
@@ -30,6 +32,23 @@ def _weight_units(problems: Problems, field: str, weight: float) -> int:
     return units
 
 
+def context_kind(problems: Problems, field: str, kind: str | None) -> str | None:
+    """A kind a rule names (``field`` is its ``contextKind``), checked; None: the user."""
+    if kind is not None:
+        problem = kind_problem(kind)
+        if problem is not None:
+            problems.add(field, problem)
+    return kind
+
+
+def bucket_by(problems: Problems, field: str, attribute: str | None, kind: str | None) -> None:
+    """A rollout's ``bucketBy``: a reference where the rollout names its kind."""
+    if attribute is not None and kind is not None:
+        problem = reference_problem(attribute)
+        if problem is not None:
+            problems.add(field, problem)
+
+
 def serve(problems: Problems, field: str, given: ServeIn, idxs: frozenset[int]) -> w.Serve:
     """``{variation}`` or ``{rollout}``, exactly one; rollout weights are percent summing to 100."""
     if (given.variation is None) == (given.rollout is None):
@@ -40,11 +59,16 @@ def serve(problems: Problems, field: str, given: ServeIn, idxs: frozenset[int]) 
             problems.add(f"{field}.variation", f"no variation has idx {given.variation}")
         if given.bucket_by is not None:
             problems.add(f"{field}.bucketBy", "only a rollout is bucketed")
+        if given.context_kind is not None:
+            problems.add(f"{field}.contextKind", "only a rollout is bucketed")
         return w.Serve(variation=given.variation)
     assert given.rollout is not None
+    kind = context_kind(problems, f"{field}.contextKind", given.context_kind)
+    bucket_by(problems, f"{field}.bucketBy", given.bucket_by, kind)
     return w.Serve(
         rollout=tuple(rollout(problems, f"{field}.rollout", given.rollout, idxs)),
         bucket_by=given.bucket_by or None,
+        context_kind=kind,
     )
 
 
@@ -86,8 +110,11 @@ def clause(
         return _segment_clause(problems, field, given, segment_keys)
     if given.segment is not None:
         problems.add(f"{field}.segment", "only a segmentMatch clause names a segment")
+    kind = context_kind(problems, f"{field}.contextKind", given.context_kind)
     if not given.attribute:
         problems.add(f"{field}.attribute", "is required for this operator")
+    elif kind is not None and (problem := reference_problem(given.attribute)) is not None:
+        problems.add(f"{field}.attribute", problem)
     values = given.values or []
     if not values:
         problems.add(f"{field}.values", "needs at least one value")
@@ -96,7 +123,13 @@ def clause(
     for i, value in enumerate(values):
         if not _value_ok(op, value):
             problems.add(f"{field}.values[{i}]", _VALUE_RULES[_op_family(op)])
-    return w.Clause(op=op, attribute=given.attribute, values=tuple(values), negate=given.negate)
+    return w.Clause(
+        op=op,
+        attribute=given.attribute,
+        values=tuple(values),
+        negate=given.negate,
+        context_kind=kind,
+    )
 
 
 def _segment_clause(
@@ -104,6 +137,8 @@ def _segment_clause(
 ) -> w.Clause:
     if given.attribute is not None:
         problems.add(f"{field}.attribute", "a segmentMatch clause has no attribute")
+    if given.context_kind is not None:
+        problems.add(f"{field}.contextKind", "a segmentMatch clause reads no kind of its own")
     keys: list[Any] = []
     if given.segment is not None:
         keys.append(given.segment)
