@@ -92,6 +92,8 @@ class ApiKey(Base):
     hint: Mapped[str] = mapped_column(String(40))  # e.g. "vsk_live_ab12…"; never the secret
     secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
     origins: Mapped[list[str]] = mapped_column(Json, default=list)
+    # attributes (names or references) taken out of the props of every event sent with the key
+    private_attributes: Mapped[list[str]] = mapped_column(Json, default=list, server_default="[]")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
@@ -280,6 +282,8 @@ class Experiment(Base):
     url: Mapped[str] = mapped_column(Text, default="*")
     selector: Mapped[str | None] = mapped_column(Text, nullable=True)
     goal: Mapped[str] = mapped_column(String(200))
+    # the context kind it randomizes on: units are its keys (``shared.wire.kinds``)
+    unit_kind: Mapped[str] = mapped_column(String(64), default="user", server_default="user")
     stats_engine: Mapped[str] = mapped_column(String(16), default="frequentist")
     variants: Mapped[list[dict[str, Any]]] = mapped_column(Json)
     status: Mapped[str] = mapped_column(String(16))  # draft | running | stopped

@@ -187,7 +187,12 @@ class Hub:
     async def _access(self, session: AsyncSession, environment: Environment) -> p.Access:
         rows = await session.execute(
             select(
-                ApiKey.id, ApiKey.kind, ApiKey.secret_hash, ApiKey.origins, ApiKey.environment_id
+                ApiKey.id,
+                ApiKey.kind,
+                ApiKey.secret_hash,
+                ApiKey.origins,
+                ApiKey.environment_id,
+                ApiKey.private_attributes,
             )
             .where(ApiKey.project_id == environment.project_id, ApiKey.revoked_at.is_(None))
             .order_by(ApiKey.id)
@@ -202,8 +207,9 @@ class Hub:
                 hash=secret_hash,
                 origins=tuple(origins or ()),
                 environment=environment.key if kind == "server" and env_id else None,
+                private_attributes=tuple(private or ()),
             )
-            for key_id, kind, secret_hash, origins, env_id in rows
+            for key_id, kind, secret_hash, origins, env_id, private in rows
             if env_id is None or kind == "relay" or env_id == environment.id
         )
         return p.Access(keys=keys)

@@ -122,6 +122,7 @@ def experiment_snapshot(row: Experiment) -> w.ExperimentSnapshot:
         selector=row.selector,
         version=row.version,
         variants=tuple(msgspec.convert(x, w.ExperimentVariant) for x in row.variants),
+        unit_kind=row.unit_kind,
     )
 
 

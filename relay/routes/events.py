@@ -41,6 +41,7 @@ from relay.store import EnvironmentState
 from shared.engine.experiments import exposure_claim_problem, flag_exposure_claim_problem
 from shared.keys import SERVER_KEY_FROM_PAGE
 from shared.wire import body, events
+from shared.wire.kinds import qualified_unit, redact
 
 RETRY_AFTER_S = b"5"
 BACKENDS: dict[str, events.Source] = {"server": "server", "management": "management"}
@@ -59,16 +60,23 @@ class EventIntake:
             router.add("POST", f"{prefix}/events", self.batch)
         router.add("POST", "/sdk/v1/events", self.browser_events, cors=True)
 
-    def _record(self, item: events.EventIn, now: int, source: str) -> dict[str, Any]:
+    def _record(
+        self, item: events.EventIn, now: int, source: str, private: tuple[str, ...]
+    ) -> dict[str, Any]:
         record: dict[str, Any] = {"unit": item.unit, "event": item.event, "source": source}
+        if item.unit_kind is not None:
+            record["unitKind"] = item.unit_kind
         record["eventId"] = item.event_id if item.event_id is not None else self._ids.next()
         record["ts"] = item.ts if item.ts is not None else now
         if item.value is not None:
             record["value"] = int(item.value)
         if item.currency is not None:
             record["currency"] = item.currency
-        if item.props is not None:
-            record["props"] = item.props
+        props = item.props
+        if private:
+            props = redact(props, private)  # the key's private attributes are never spooled
+        if props is not None:
+            record["props"] = props
         if item.url is not None:
             record["url"] = item.url
         return record
@@ -88,8 +96,9 @@ class EventIntake:
         answer = {"accepted": len(records), "duplicates": duplicates, "spooled": True}
         return Response(200, msgspec.json.encode(answer), headers)
 
-    def _backend_key(self, request: Request) -> events.Source | Response:
-        """The kind of a server or management key, or the refusal (401 unknown, 403 other kind)."""
+    def _backend_key(self, request: Request) -> tuple[events.Source, tuple[str, ...]] | Response:
+        """The kind of a server or management key and its private attributes, or the refusal
+        (401 unknown, 403 other kind)."""
         token = bearer_token(request.headers)
         if token is None:
             message = "a server key is required: Authorization: Bearer ssk_..."
@@ -107,7 +116,7 @@ class EventIntake:
         limited = self.browser.rates.check(caller.key.id, None, vane_error_body)
         if limited is not None:
             return limited
-        return sender
+        return sender, caller.key.private_attributes
 
     async def _body(self, request: Request) -> bytes | Response:
         try:
@@ -120,9 +129,10 @@ class EventIntake:
             )
 
     async def track(self, request: Request) -> Response:
-        kind = self._backend_key(request)
-        if isinstance(kind, Response):
-            return kind
+        backend = self._backend_key(request)
+        if isinstance(backend, Response):
+            return backend
+        kind, private = backend
         raw = await self._body(request)
         if isinstance(raw, Response):
             return raw
@@ -135,22 +145,23 @@ class EventIntake:
             problems.extend(self._sender_problems(item, kind, ""))
         if problems or item is None:
             return invalid(problems, [CONTENT_JSON])
-        return await self._spool([self._record(item, now, kind)], 0, [CONTENT_JSON])
+        return await self._spool([self._record(item, now, kind, private)], 0, [CONTENT_JSON])
 
     async def batch(self, request: Request) -> Response:
-        kind = self._backend_key(request)
-        if isinstance(kind, Response):
-            return kind
+        backend = self._backend_key(request)
+        if isinstance(backend, Response):
+            return backend
         raw = await self._body(request)
         if isinstance(raw, Response):
             return raw
-        return await self._accept(raw, kind, [CONTENT_JSON])
+        return await self._accept(raw, *backend, [CONTENT_JSON])
 
     async def browser_events(self, request: Request) -> Response:
         admitted = await self.browser.admit(request, vane_error_body)
         if not isinstance(admitted, Admission):
             return admitted
-        return await self._accept(admitted.body, "browser", admitted.headers)
+        private = admitted.caller.key.private_attributes
+        return await self._accept(admitted.body, "browser", private, admitted.headers)
 
     def _sender_problems(
         self, item: events.EventIn, sender: events.Source, prefix: str
@@ -181,10 +192,15 @@ class EventIntake:
                 return None
             return [v.key for v in experiment.variants], [v.weight for v in experiment.variants]
 
-        return exposure_claim_problem(item.props, item.unit, running)
+        unit = qualified_unit(item.unit_kind, item.unit)  # as the experiment hashes it
+        return exposure_claim_problem(item.props, unit, running)
 
     async def _accept(
-        self, raw: bytes, sender: events.Source, headers: list[tuple[bytes, bytes]]
+        self,
+        raw: bytes,
+        sender: events.Source,
+        private: tuple[str, ...],
+        headers: list[tuple[bytes, bytes]],
     ) -> Response:
         now = time.time_ns() // 1_000_000
         try:
@@ -202,7 +218,7 @@ class EventIntake:
                 if item.event_id in seen:
                     continue
                 seen.add(item.event_id)
-            records.append(self._record(item, now, sender))
+            records.append(self._record(item, now, sender, private))
         return await self._spool(records, len(items) - len(records), headers)
 
 

@@ -1,7 +1,7 @@
 """Experiments on the relay, assigned exactly as the control plane assigns
 (``shared.engine.experiments``):
 
-- ``POST /sdk/v1/experiments`` ``{unit, url}`` (public key) → the element and cta experiments
+- ``POST /sdk/v1/experiments`` ``{unit, units, url}`` (public key) → the element and cta experiments
   running on that page, with the unit's variant and what to render. Manual experiments have no
   effect on a page and are not listed.
 - ``POST /sdk/v1/experiments/{key}/assign`` ``{unit, url}`` (public key, or a server key bound to
@@ -9,6 +9,12 @@
   the control plane's assign endpoint answers: the path of manual experiments (a backend's
   server-side test, with a server key). A public key is answered the unit's variant of a manual
   experiment with ``assigned: false`` and nothing recorded: only a backend exposes one.
+
+``unit`` is the user (a page's visitor, or a signed-in user); ``units`` gives the keys of other
+context kinds (``{"organization": "acme"}``). An experiment randomizes on its ``unitKind``: on
+``user`` by ``unit``, on another kind by that kind's key in ``units``, hashed and exposed as the
+qualified unit (``shared.wire.kinds``); a page that gives no key of the experiment's kind is not
+in it (not listed; one experiment's assign answers 422 naming ``units.<kind>``).
 
 Each first assignment is reported upstream as a ``$exposure`` event through the event spool
 (fsync'd, forwarded losslessly), at the relay's clock. Its ``eventId`` is
@@ -36,6 +42,7 @@ from shared.engine.experiments import choose_variant, thresholds, url_matches
 from shared.wire import events
 from shared.wire.body import MalformedBody, decode
 from shared.wire.events import convert_problem
+from shared.wire.kinds import USER, qualified_unit
 from shared.wire.snapshot import ExperimentSnapshot
 
 SEEN_LIMIT = 200_000
@@ -46,6 +53,13 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     unit: str
     url: str | None = None
     expose: bool = True  # False: list without recording (the tracker exposes what it shows)
+    units: dict[str, str] | None = None  # keys of other context kinds than the user
+
+    def unit_of(self, experiment: ExperimentSnapshot) -> tuple[str, str] | None:
+        """(the key, the qualified unit) the experiment randomizes on, None if not given."""
+        kind = experiment.unit_kind
+        key = self.unit if kind == USER else (self.units or {}).get(kind)
+        return None if key is None else (key, qualified_unit(kind, key))
 
 
 _body_decoder = msgspec.json.Decoder(_Body, strict=True)
@@ -114,21 +128,36 @@ class ExperimentRoutes:
         # the unit and url go into the exposure spooled upstream: held to the rules every event
         # is (a NUL, a url past 2048 characters), or the forwarded batch, other visitors'
         # events with it, would be refused there
+        now = time.time_ns() // 1_000_000
         exposure = events.EventIn(unit=body.unit, event=events.EXPERIMENT_EXPOSURE, url=body.url)
-        problems = events.check_event(exposure, time.time_ns() // 1_000_000)
+        problems = events.check_event(exposure, now)
+        for kind, key in (body.units or {}).items():
+            other = events.EventIn(unit=key, unit_kind=kind, event=events.EXPERIMENT_EXPOSURE)
+            problems += [
+                (f"units.{kind}" if field in ("unit", "unitKind") else field, message)
+                for field, message in events.check_event(other, now)
+            ]
         if problems:
             return invalid(problems, headers)
         return admitted, body
 
     def _exposure(
-        self, experiment: ExperimentSnapshot, unit: str, index: int, url: str | None, now: int
+        self,
+        experiment: ExperimentSnapshot,
+        unit: tuple[str, str],
+        index: int,
+        url: str | None,
+        now: int,
     ) -> dict[str, Any] | None:
         """The ``$exposure`` to spool for a unit's first assignment here, None if reported."""
-        event_id = f"exp:{experiment.key}:{unit}"
+        key, qualified = unit
+        event_id = f"exp:{experiment.key}:{qualified}"
         if not self.seen.add(event_id):
             return None
+        kind = experiment.unit_kind
         return {
-            "unit": unit,
+            "unit": key,
+            **({"unitKind": kind} if kind != USER else {}),
             "event": "$exposure",
             "eventId": event_id,
             "ts": now,
@@ -154,10 +183,13 @@ class ExperimentRoutes:
         running = []
         exposures = []
         for experiment in on_page(admission.state.snapshot.experiments.values(), body.url):
-            index = variant_index(experiment, body.unit)
+            unit = body.unit_of(experiment)
+            if unit is None:  # randomized on a kind the page gave no key of
+                continue
+            index = variant_index(experiment, unit[1])
             running.append(render(experiment, index))
             if body.expose:
-                exposure = self._exposure(experiment, body.unit, index, body.url, now)
+                exposure = self._exposure(experiment, unit, index, body.url, now)
                 if exposure is not None:
                     exposures.append(exposure)
         await self._record(exposures)
@@ -172,8 +204,13 @@ class ExperimentRoutes:
         admission, body = admitted
         key = request.param or ""
         experiment = admission.state.snapshot.experiments.get(key)
+        unit = None if experiment is None else body.unit_of(experiment)
         if experiment is None:  # relays hold running experiments only
             answer = _assignment(key, "control", False, f"no running experiment {key!r}", None)
+        elif unit is None:
+            kind = experiment.unit_kind
+            message = f"experiment {key!r} randomizes on {kind!r}: give its key in units.{kind}"
+            return invalid([(f"units.{kind}", message)], admission.headers)
         elif not url_matches(experiment.url, body.url):
             control = next(v for v in experiment.variants if v.key == "control")
             reason = "the experiment does not run on this url"
@@ -181,13 +218,13 @@ class ExperimentRoutes:
         elif experiment.type == "manual" and not admission.trusted:
             # a backend's experiment: a page learns the unit's variant (so it renders what the
             # backend serves) but never exposes it, or a page could fill it with invented units
-            variant = experiment.variants[variant_index(experiment, body.unit)]
+            variant = experiment.variants[variant_index(experiment, unit[1])]
             answer = _assignment(key, variant.key, False, PAGE_NEVER_EXPOSES, variant.content)
         else:
-            index = variant_index(experiment, body.unit)
+            index = variant_index(experiment, unit[1])
             variant = experiment.variants[index]
             now = time.time_ns() // 1_000_000
-            exposure = self._exposure(experiment, body.unit, index, body.url, now)
+            exposure = self._exposure(experiment, unit, index, body.url, now)
             await self._record([exposure] if exposure is not None else [])
             answer = _assignment(key, variant.key, True, "assigned", variant.content)
         return Response(200, msgspec.json.encode(answer), admission.headers)
@@ -213,6 +250,7 @@ def on_page(experiments: Iterable[ExperimentSnapshot], url: str | None) -> list[
 
 
 def variant_index(experiment: ExperimentSnapshot, unit: str) -> int:
+    """The variant of a qualified ``unit`` (for a user, its key)."""
     return choose_variant(experiment.key, unit, thresholds([v.weight for v in experiment.variants]))
 
 

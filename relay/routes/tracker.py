@@ -28,6 +28,7 @@ import msgspec
 from relay.http import Request, Response, Router, vane_error, vane_error_body
 from relay.routes.admission import Admission, Browser
 from relay.routes.experiments import on_page, render, unit_problem, variant_index
+from shared.wire.kinds import USER
 
 SCRIPT_PATH = "/sdk/v1/vane.js"
 TYPES_PATH = "/sdk/v1/vane.d.ts"
@@ -106,7 +107,11 @@ class Selectors:
         page = on_page(admitted.state.snapshot.experiments.values(), url)
         answer: dict[str, Any] = {"selectors": sorted({e.selector for e in page if e.selector})}
         if unit is not None:
-            answer["experiments"] = [render(e, variant_index(e, unit)) for e in page]
+            # experiments on other kinds than the user are listed by POST /sdk/v1/experiments,
+            # which takes their keys (``units``)
+            answer["experiments"] = [
+                render(e, variant_index(e, unit)) for e in page if e.unit_kind == USER
+            ]
         return Response(200, msgspec.json.encode(answer), headers)
 
 

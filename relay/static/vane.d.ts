@@ -11,6 +11,8 @@ export interface TrackProps {
   currency?: string;
   /** Your own id (an order number): an event sent twice with one id is counted once. */
   eventId?: string;
+  /** The event is of the unit of this kind given to `identify` (an "organization"), not the user. */
+  unitKind?: string;
   [prop: string]: unknown;
 }
 
@@ -23,8 +25,11 @@ export interface Vane {
   readonly unit: string;
   /** Settles once flags are loaded and the page's experiments applied, or failed. Never rejects. */
   ready(): Promise<void>;
-  /** Switch to another unit (a user who signed in): flags and experiments are re-evaluated. */
-  identify(unit: string): Promise<void>;
+  /** Switch to another unit (a user who signed in): flags and experiments are re-evaluated.
+   * `kinds` gives units of other context kinds, by key or with attributes rules read:
+   * `identify("u1", { organization: { key: "acme", plan: "enterprise" } })`. Flags are then
+   * evaluated for the multi-kind context, and experiments on those kinds assign by their key. */
+  identify(unit: string, kinds?: Record<string, string | { key: string; [attribute: string]: unknown }>): Promise<void>;
   /** Queue an event; names starting with "$" are reserved. Never throws. */
   track(event: string, props?: TrackProps): void;
   /** The variant of a running experiment for the current unit (records the exposure);

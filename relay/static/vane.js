@@ -48,6 +48,14 @@
   let consent = ds.consent !== "pending";
   const visitor = cookie() || store("vane_id") || rid();
   let unit = ds.unit || visitor;
+  let kinds = {}; // other context kinds than the user: {organization: {key, ...attributes}}
+  const units = () => {
+    const o = {};
+    for (const k in kinds) o[k] = kinds[k].key;
+    return o;
+  };
+  const context = () =>
+    Object.keys(kinds).length ? Object.assign({ kind: "multi", user: { key: unit } }, kinds) : { targetingKey: unit };
   let sess = (store("vane_s") || "").split(".");
   const remember = () => {
     if (!consent) return;
@@ -84,7 +92,7 @@
     for (const cb of handlers[name] || []) try { cb(arg); } catch (e) { log(e); }
   };
   const loadFlags = () =>
-    post("/ofrep/v1/evaluate/flags", { context: { targetingKey: unit } }).then((r) => {
+    post("/ofrep/v1/evaluate/flags", { context: context() }).then((r) => {
       const next = {}, changed = {};
       for (const f of r.flags || []) if (!f.errorCode) next[f.key] = f.value;
       if (loaded++) {
@@ -150,7 +158,7 @@
     }
   };
   const expose = (key) =>
-    post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign", { unit, url: location.href })
+    post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign", { unit, units: units(), url: location.href })
       .catch(log);
   const swap = (el, x, tag) => {
     if (!applied.has(el)) {
@@ -210,7 +218,7 @@
     apply();
   };
   const loadExperiments = () =>
-    post("/sdk/v1/experiments", { unit, url: here(), expose: false }).then((r) => run(r.experiments));
+    post("/sdk/v1/experiments", { unit, units: units(), url: here(), expose: false }).then((r) => run(r.experiments));
   d.addEventListener("click", guard((e) => {
     const t = e.target;
     if (!t || !t.closest) return;
@@ -239,9 +247,13 @@
     }
     const p = Object.assign({}, props);
     const e = { unit, event: name, eventId: rid(), ts: Date.now(), url: location.href };
-    for (const k of ["value", "currency", "eventId"]) {
+    for (const k of ["value", "currency", "eventId", "unitKind"]) {
       if (p[k] != null) e[k] = p[k];
       delete p[k];
+    }
+    if (e.unitKind) { // the event is of another kind's unit: an organization's, say
+      if (!kinds[e.unitKind]) throw new Error("track: identify a unit of kind " + e.unitKind + " first");
+      e.unit = kinds[e.unitKind].key;
     }
     if (e.value !== undefined && !Number.isSafeInteger(e.value)) {
       throw new Error("track: value must be an integer in minor units (cents)");
@@ -343,11 +355,17 @@
   const api = {
     version: "1",
     ready: () => booting,
-    identify: (u) => {
+    identify: (u, other) => {
       try {
         if (typeof u !== "string" || !u) throw new Error("identify: the unit must be a string");
-        if (u === unit) return booting;
+        const next = {};
+        for (const [k, v] of Object.entries(other || {})) {
+          next[k] = typeof v === "string" ? { key: v } : Object.assign({}, v);
+          if (typeof next[k].key !== "string" || !next[k].key) throw new Error("identify: " + k + " needs a key");
+        }
+        if (u === unit && JSON.stringify(next) === JSON.stringify(kinds)) return booting;
         unit = u;
+        kinds = next;
         seen = new WeakMap();
         shown.clear();
         restore(new Set());
@@ -360,7 +378,7 @@
     track: guard(track),
     experiment: (key) => {
       if (!consent || !KEY) return Promise.resolve("control");
-      return post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign", { unit, url: location.href })
+      return post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign", { unit, units: units(), url: location.href })
         .then((r) => r.variant, (e) => (log(e), "control"));
     },
     flag: (key, fallback) => (Object.prototype.hasOwnProperty.call(flags, key) ? flags[key] : fallback),

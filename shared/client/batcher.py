@@ -44,6 +44,7 @@ from shared.backoff import backoff_delay
 from shared.wire.body import MAX_BODY_BYTES
 from shared.wire.currencies import ISO_4217
 from shared.wire.events import MAX_BATCH, MAX_PROPS_BYTES, MAX_VALUE, EventIn
+from shared.wire.kinds import kind_problem
 
 logger = logging.getLogger("vane.client")
 
@@ -61,9 +62,10 @@ _TAIL: Final = b"]}"
 _EVENT_BUDGET: Final = MAX_BODY - len(_HEAD) - len(_TAIL)
 _FIELD_INDEX = re.compile(r"^events\[(\d+)\]")
 
-# unit, event, value, currency, props, url, ts, eventId: a tuple is the cheapest thing to queue.
+# unit, event, value, currency, props, url, ts, eventId, unitKind: a tuple is the cheapest thing
+# to queue.
 Item: TypeAlias = tuple[
-    str, str, int | None, str | None, dict[str, Any] | None, str | None, int, str
+    str, str, int | None, str | None, dict[str, Any] | None, str | None, int, str, str | None
 ]
 
 
@@ -232,11 +234,14 @@ class BatchingCore:
         url: str | None = None,
         ts: int | None = None,
         event_id: str | None = None,
+        unit_kind: str | None = None,
     ) -> bool:
         """Queue one event; True if queued, False if dropped (queue full or client closed).
 
         ``value`` is an integer in minor units (4999 for 49.99); ``ts`` epoch milliseconds
-        (default now); ``event_id`` a stable idempotency key (default: a unique generated one).
+        (default now); ``event_id`` a stable idempotency key (default: a unique generated one);
+        ``unit_kind`` the context kind ``unit`` is a key of (``"organization"`` for an
+        experiment randomized on accounts; default a user).
         ``props`` is encoded later, on the sending side: do not mutate it after the call.
         Raises ``ValueError``/``TypeError`` for a malformed event, which is never queued.
         """
@@ -254,13 +259,15 @@ class BatchingCore:
             raise TypeError(f"event_id must be a non-empty string, got {event_id!r}")
         if currency is not None or props is not None or url is not None:
             props = _check_optional(currency, props, url)
+        if unit_kind is not None and (problem := kind_problem(unit_kind)) is not None:
+            raise ValueError(f"unit_kind: {problem}")
         if self._needs_start:
             self._start()
         queue = self._queue
         # No lock: threads racing here can overshoot max_queue by one event each.
         if len(queue) >= self._capacity:
             return self._drop()
-        queue.append((unit, event, value, currency, props, url, ts, event_id))
+        queue.append((unit, event, value, currency, props, url, ts, event_id, unit_kind))
         if len(queue) >= self._batch_size and not self._wake_pending:
             self._wake_pending = True
             self._wake()
@@ -408,10 +415,11 @@ class BatchingCore:
         parts: list[bytes] = []
         for item in events:
             try:
-                unit, event, value, currency, props, url, ts, event_id = item
+                unit, event, value, currency, props, url, ts, event_id, unit_kind = item
                 part = _encode(  # the event's wire shape is the one the servers read
                     EventIn(
                         unit=unit,
+                        unit_kind=unit_kind,
                         event=event,
                         value=value,
                         currency=currency,

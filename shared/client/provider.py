@@ -37,7 +37,8 @@ from shared.backoff import Backoff
 from shared.client.async_client import AsyncVaneClient
 from shared.client.flags import Details, FeedOutOfStep, FirstExposures, FlagSet, SseParser, details
 from shared.client.sync_client import VaneClient
-from shared.engine import CompileError, evaluate
+from shared.engine import CompileError, evaluate, unit_key
+from shared.wire.kinds import kind_problem
 
 logger = logging.getLogger("vane.provider")
 
@@ -333,17 +334,25 @@ class VaneProvider(_Core):
         evaluation_context: EvaluationContext | None = None,
         tracking_event_details: Any = None,
     ) -> None:
-        """OpenFeature's tracking API: the event goes to Vane's one event store."""
-        unit = context_of(evaluation_context).get("targetingKey")
-        if self.client is None or not isinstance(unit, str):
-            return
+        """OpenFeature's tracking API: the event goes to Vane's one event store. Its unit is the
+        context's user; the detail attribute ``unitKind`` makes it the context's unit of that
+        kind (an organization's, for an experiment randomized on accounts)."""
+        context = context_of(evaluation_context)
         value = getattr(tracking_event_details, "value", None)
         extra = dict(getattr(tracking_event_details, "attributes", {}) or {})
+        kind = extra.pop("unitKind", None)
+        if not isinstance(kind, str):  # the user, or the one kind of a single-kind context
+            given = context.get("kind")
+            kind = given if isinstance(given, str) and given != "multi" else "user"
+        unit = unit_key(context, kind)
+        if self.client is None or unit is None or kind_problem(kind) is not None:
+            return
         self.client.track(
             unit,
             tracking_event_name,
             value=int(value) if isinstance(value, int | float) else None,
             props=extra or None,
+            unit_kind=None if kind == "user" else kind,
         )
 
     def _run(self) -> None:

@@ -18,6 +18,7 @@ import msgspec
 
 from shared.wire import body
 from shared.wire.currencies import ISO_4217
+from shared.wire.kinds import kind_problem, qualified_unit
 
 MAX_BATCH = 1000
 MAX_VALUE = body.MAX_SAFE_INTEGER
@@ -57,6 +58,8 @@ class EventIn(
     ts: int | None = None
     event_id: str | None = None
     source: Source | None = None  # relays say where a forwarded event came from
+    # the context kind ``unit`` is a key of (None: a user); stored as ``kinds.qualified_unit``
+    unit_kind: str | None = None
 
 
 class EventIds:
@@ -81,9 +84,18 @@ def _text(problems: list[Problem], field: str, value: str, limit: int = MAX_TEXT
         problems.append((field, _NUL))
 
 
+def _unit(problems: list[Problem], prefix: str, item: EventIn) -> None:
+    _text(problems, f"{prefix}unit", item.unit)
+    if item.unit_kind is not None:
+        if (problem := kind_problem(item.unit_kind)) is not None:
+            problems.append((f"{prefix}unitKind", problem))
+        elif len(qualified_unit(item.unit_kind, item.unit)) > MAX_TEXT:
+            problems.append((f"{prefix}unit", f"at most {MAX_TEXT} characters with its kind"))
+
+
 def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
     problems: list[Problem] = []
-    _text(problems, f"{prefix}unit", item.unit)
+    _unit(problems, prefix, item)
     _text(problems, f"{prefix}event", item.event)
     value = item.value
     if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):

@@ -35,6 +35,8 @@ class AccessKey(WireStruct, frozen=True):
     hash: str  # sha256 hex of the full token
     origins: tuple[str, ...] = ()
     environment: str | None = None  # a server key bound to this environment evaluates its flags
+    # kept out of the props of the events sent with the key, before they are spooled
+    private_attributes: tuple[str, ...] = ()
 
 
 class Access(WireStruct, frozen=True):

@@ -153,6 +153,7 @@ class ExperimentSnapshot(WireStruct, frozen=True):
     variants: tuple[ExperimentVariant, ...]
     selector: str | None = None
     version: int = 1
+    unit_kind: str = "user"  # the context kind it randomizes on (``shared.wire.kinds``)
 
 
 class Snapshot(WireStruct, frozen=True):

@@ -649,3 +649,87 @@ def test_repeat_views_read_the_selectors_from_the_browser_cache(site: Site, cont
         page.goto(url)
         page.evaluate("vane.ready()")
     assert selectors_served(site) - before == 1
+
+
+def test_an_experiment_randomized_on_accounts_and_a_rule_on_the_organization(
+    site: Site, context: Any
+) -> None:
+    """Issue #23: pages identify their user and the user's organization. Every user of one
+    account sees the account's variant, the relay assigns a backend the same, a flag with a rule
+    on ``organization.plan`` reaches the page, and the results count accounts, not users."""
+    site.experiment(
+        {
+            "name": "team-pitch",
+            "key": "team-pitch",
+            "type": "element",
+            "url": "/teams",
+            "selector": "#pitch",
+            "goal": "upgrade",
+            "unitKind": "organization",
+            "variants": [
+                {"key": "control", "content": ""},
+                {"key": "treatment", "content": "Brand new headline"},
+            ],
+        }
+    )
+    assert site.api("POST", "/flags", {"key": "enterprise-banner"}).status_code == 201
+    keys = site.api("GET", "/keys").json()["keys"]
+    env = next(k["environment"] for k in keys if k["kind"] == "public")
+    base = f"/flags/enterprise-banner/environments/{env}"
+    on_plan = {"contextKind": "organization", "attribute": "plan", "values": ["enterprise"]}
+    assert site.api("PUT", f"{base}/rules", {"rules": [{"clauses": [on_plan], "variation": 0}]})
+    assert (
+        site.api("PUT", base, {"enabled": True, "fallthrough": {"variation": 1}}).status_code == 200
+    )
+    site.relay_current()
+    site.page("/teams", '<h1 id="pitch">Original pitch</h1>')
+    accounts = {"acme": ("enterprise", ["a-1", "a-2", "a-3"]), "globex": ("team", ["g-1"])}
+    for account, (plan, users) in accounts.items():
+        variant = variant_of("team-pitch", f"organization:{account}", TWO, [None, None])
+        expected = "Brand new headline" if variant == "treatment" else "Original pitch"
+        for user in users:
+            ctx = context.browser.new_context()
+            try:
+                page = ctx.new_page()
+                page.goto(site.pages.url + "/teams")
+                page.evaluate("vane.ready()")
+                who = json.dumps({"organization": {"key": account, "plan": plan}})
+                page.evaluate(f"vane.identify({json.dumps(user)}, {who})")
+                assert page.text_content("#pitch") == expected, (account, user)
+                assert page.evaluate("vane.flag('enterprise-banner', null)") is (
+                    plan == "enterprise"
+                )
+                if user.endswith("1"):
+                    page.evaluate("vane.track('upgrade', {unitKind: 'organization'})")
+                page.close()  # pagehide flushes
+            finally:
+                ctx.close()
+        assigned = httpx.post(
+            f"{site.relay.url}/sdk/v1/experiments/team-pitch/assign",
+            json={
+                "unit": "a-backend-user",
+                "units": {"organization": account},
+                "url": site.pages.url + "/teams",
+            },
+            headers={"Authorization": f"Bearer {site.public}"},
+            timeout=10,
+        )
+        assert assigned.json()["variant"] == variant
+
+    def counted() -> bool:
+        results = site.api("GET", "/experiments/team-pitch").json()["results"]
+        exposed = sum(v["exposed"] for v in results["variants"])
+        converted = sum(v["conversions"] for v in results["variants"])
+        return (exposed, converted) == (2, 2)  # two accounts, each converted once
+
+    eventually(counted, 60, "the accounts' exposures and upgrades counted", every=0.5)
+    [upgrade] = site.wait_stored("organization:acme", "upgrade")
+    assert upgrade["unit"] == "organization:acme"
+    missing = httpx.post(
+        f"{site.relay.url}/sdk/v1/experiments/team-pitch/assign",
+        json={"unit": "u"},
+        headers={"Authorization": f"Bearer {site.public}"},
+        timeout=10,
+    )
+    assert missing.status_code == 422
+    assert missing.json()["error"]["details"][0]["field"] == "units.organization"

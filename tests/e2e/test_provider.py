@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from openfeature import api
 from openfeature.evaluation_context import EvaluationContext
 from openfeature.event import ProviderEvent
+from openfeature.track import TrackingEventDetails
 
 from shared.client import VaneProvider
 from shared.keys import hash_token
@@ -310,3 +311,60 @@ def test_first_exposures_of_flags_with_metrics_are_reported_once(stack: Stack) -
         eventually(lambda: exposed() == 4, what="u, m1, m2 and m3 exposed once each")
     finally:
         provider.shutdown()
+
+
+def test_a_rule_on_the_organization_reaches_a_backend_and_a_page_alike(stack: Stack) -> None:
+    """Issue #23: a rule on ``organization.plan``, evaluated by the in-process provider through
+    OpenFeature (``kind: "multi"`` with a part per kind, as LaunchDarkly's OpenFeature providers
+    carry it) and by the relay for a page holding a public key: every user of the enterprise
+    organization gets it, a user who says ``plan: enterprise`` of itself does not."""
+    assert stack.api("POST", "/flags", {"key": "enterprise-only"}).status_code == 201
+    base = "/flags/enterprise-only/environments/production"
+    on_org = {"contextKind": "organization", "attribute": "plan", "values": ["enterprise"]}
+    rules = {"rules": [{"clauses": [on_org], "variation": 0}]}
+    assert stack.api("PUT", f"{base}/rules", rules).status_code == 200
+    settings_ = {"enabled": True, "fallthrough": {"variation": 1}}
+    assert stack.api("PUT", base, settings_).status_code == 200
+    stack.relay_current()
+    member: dict[str, Any] = {
+        "kind": "multi",
+        "user": {"key": "u1", "email": "a@acme.example"},
+        "organization": {"key": "acme", "plan": "enterprise"},
+    }
+    provider = VaneProvider(stack.relay.url, stack.server_key)  # with a client: it tracks
+    api.set_provider_and_wait(provider, "kinds")
+    client = api.get_client("kinds")
+    try:
+        eventually(
+            lambda: (
+                client.get_boolean_value("enterprise-only", False, EvaluationContext("u1", member))
+                is True
+            ),
+            what="the provider served the organization's rule",
+        )
+        self_said = EvaluationContext("u2", {"plan": "enterprise"})
+        assert client.get_boolean_value("enterprise-only", True, self_said) is False
+        # an event of the account (OpenFeature tracking, the detail unitKind), and of the user
+        details = TrackingEventDetails(attributes={"unitKind": "organization", "seats": 3})
+        client.track("upgraded", EvaluationContext("u1", member), details)
+        client.track("upgraded", EvaluationContext("u1", member))
+        assert provider.client is not None
+        assert provider.client.flush(timeout=10)
+    finally:
+        api.clear_providers()
+
+    def stored(unit: str) -> list[dict[str, Any]]:
+        answer = stack.api("GET", f"/events?unit={unit}&event=upgraded").json()
+        return answer["events"]  # type: ignore[no-any-return]
+
+    eventually(lambda: len(stored("organization:acme")) == 1, what="the account's event stored")
+    assert stored("organization:acme")[0]["props"] == {"seats": 3}
+    eventually(lambda: len(stored("u1")) == 1, what="the user's event stored")
+    page = httpx.post(
+        f"{stack.relay.url}/ofrep/v1/evaluate/flags/enterprise-only",
+        json={"context": {"targetingKey": "u1", **member}},
+        headers={"Authorization": f"Bearer {stack.keys['public']}"},
+        timeout=10,
+    )
+    assert page.status_code == 200, page.text
+    assert (page.json()["value"], page.json()["reason"]) == (True, "TARGETING_MATCH")

@@ -35,6 +35,8 @@ ORIGIN = {"Origin": "https://shop.example"}
 class Site:
     """The control plane and relay of these tests, with the calls a page and a backend make."""
 
+    relay_dir: Path
+
     def __init__(self, cp: ControlPlane, relay: Relay) -> None:
         self.cp = cp
         self.relay = relay
@@ -86,7 +88,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     cp = start_control_plane(f"sqlite:///{tmp / 'vane.db'}", tmp)
     relay = start_relay(cp.url, cp.keys["relay"], tmp / "relay")
     try:
-        yield Site(cp, relay)
+        site = Site(cp, relay)
+        site.relay_dir = tmp / "relay"
+        yield site
     finally:
         relay.process.stop()
         cp.process.stop()
@@ -525,3 +529,59 @@ def test_what_a_page_names_in_an_assignment_is_held_to_the_event_rules(site: Sit
         assert answer.json()["error"]["details"][0]["field"] == field
     fine = site.page("/sdk/v1/experiments", {"unit": "v1", "url": "/" + "p" * 2000})
     assert fine.status_code == 200, fine.text
+
+
+def test_private_attributes_never_reach_the_store_the_spool_or_a_log(site: Site) -> None:
+    """Issue #23: a key's ``privateAttributes`` (names, or references into nested objects) are
+    taken out of every event sent with it, exposures included: through a relay (before the spool)
+    and straight to the control plane; the rest of the event is kept."""
+    mail, street = "priv-mail-7f3q@x.example", "priv-street-9k2w"
+    private = ["email", "/address/street"]
+    made = site.api("POST", "/keys", {"kind": "server", "privateAttributes": private})
+    assert made.status_code == 201, made.text
+    assert made.json()["privateAttributes"] == private
+    server = {"Authorization": f"Bearer {made.json()['key']}"}
+    page_key = site.api(
+        "POST",
+        "/keys",
+        {"kind": "public", "environment": "production", "privateAttributes": ["email"]},
+    ).json()["key"]
+    site.relay_current()
+    props = {"email": mail, "address": {"street": street, "city": "Lyon"}, "plan": "pro"}
+    via_relay = httpx.post(
+        f"{site.relay.url}/api/v1/track",
+        json={"unit": "pa-1", "event": "signup", "props": props},
+        headers=server,
+        timeout=10,
+    )
+    assert via_relay.status_code == 200, via_relay.text
+    from_page = httpx.post(
+        f"{site.relay.url}/sdk/v1/events",
+        json={"events": [{"unit": "pa-2", "event": "signup", "props": {"email": mail}}]},
+        headers={"Authorization": f"Bearer {page_key}"},
+        timeout=10,
+    )
+    assert from_page.status_code == 200, from_page.text
+    direct = httpx.post(
+        f"{site.cp.url}/api/v1/track",
+        json={"unit": "pa-3", "event": "signup", "props": props},
+        headers=server,
+        timeout=10,
+    )
+    assert direct.status_code == 200, direct.text
+    kept = {"address": {"city": "Lyon"}, "plan": "pro"}
+    for unit, expected in (("pa-1", kept), ("pa-2", {}), ("pa-3", kept)):
+
+        def arrived(unit: str = unit) -> bool:
+            return len(site.stored(unit=unit)) == 1
+
+        eventually(arrived, what=f"{unit} stored")
+        assert (site.stored(unit=unit)[0]["props"] or {}) == expected, unit
+    spooled = b"".join(p.read_bytes() for p in site.relay_dir.rglob("*") if p.is_file())
+    logged = "\n".join(site.cp.process.lines + site.relay.process.lines)
+    for secret in (mail, street):
+        assert secret.encode() not in spooled
+        assert secret not in logged
+    refused = site.api("POST", "/keys", {"kind": "server", "privateAttributes": ["/a//b"]})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["details"][0]["field"] == "privateAttributes[0]"

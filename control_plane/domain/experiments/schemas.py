@@ -36,6 +36,8 @@ class ExperimentCreate(ApiIn):
     variants: list[VariantIn] | None = None
     activate: bool = True
     cuped: bool = False
+    # the context kind it randomizes on (an account: "organization"); set once, at creation
+    unit_kind: str = "user"
 
 
 class VariantPatch(ApiIn):
@@ -73,8 +75,12 @@ class StatusIn(ApiIn):
 
 
 class AssignIn(ApiIn):
+    """``unit``: the key of the experiment's unit kind (a user's, an organization's…);
+    ``unitKind``, when sent, must be that kind."""
+
     unit: str
     url: str | None = None
+    unit_kind: str | None = None
 
 
 class MetricsIn(ApiIn):
@@ -103,6 +109,7 @@ class Experiment(ApiOut):
     url: str
     selector: str | None
     goal: str
+    unit_kind: str
     stats_engine: str
     variants: list[Variant]
     primary: str | None

@@ -24,6 +24,7 @@ from control_plane.domain.results.subject import MetricDef
 from control_plane.domain.rows import find_metric
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
 from shared.engine.experiments import choose_variant, thresholds, url_matches
+from shared.wire.kinds import kind_problem, qualified_unit
 from shared.wire.snapshot import WEIGHT_SCALE
 
 CONTROL = "control"
@@ -97,6 +98,7 @@ async def experiment_out(scope: Scope, row: Experiment) -> s.Experiment:
         url=row.url,
         selector=row.selector,
         goal=row.goal,
+        unit_kind=row.unit_kind,
         stats_engine=row.stats_engine,
         variants=[variant_out(x) for x in row.variants],
         primary=primary,
@@ -232,6 +234,8 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     if body.type == "manual" and not (body.goal or "").strip():
         problems.add("goal", "the goal event name is required for manual experiments")
     variants = _variants(problems, body)
+    if (problem := kind_problem(body.unit_kind)) is not None:
+        problems.add("unitKind", problem)
     problems.raise_if_any()
     wanted = v.slugify(body.name)
     key = body.key or await v.unique_key(
@@ -254,6 +258,7 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
         url=body.url,
         selector=body.selector,
         goal=body.goal or DEFAULT_GOAL,
+        unit_kind=body.unit_kind,
         stats_engine=body.stats_engine,
         variants=variants,
         status="running" if body.activate else "draft",
@@ -431,8 +436,11 @@ def bounds_of(row: Experiment) -> tuple[int, ...]:
 
 async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
     row = await find(scope, key)
-    if not body.unit.strip() or len(body.unit) > 200:
-        raise invalid("unit", "1 to 200 characters")
+    if body.unit_kind is not None and body.unit_kind != row.unit_kind:
+        raise invalid("unitKind", f"experiment {row.key!r} randomizes on {row.unit_kind!r}")
+    unit = qualified_unit(row.unit_kind, body.unit)  # as exposures and events store it
+    if not body.unit.strip() or len(unit) > 200:
+        raise invalid("unit", "1 to 200 characters")  # with its kind, if not a user
     control = next(x for x in row.variants if x["key"] == CONTROL)
     if row.status != "running":
         return s.Assignment(
@@ -450,13 +458,13 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
             reason="the experiment does not run on this url",
             content=control.get("content"),
         )
-    chosen = row.variants[choose_variant(row.key, body.unit, bounds_of(row))]
+    chosen = row.variants[choose_variant(row.key, unit, bounds_of(row))]
     recorded = await exposures.record(
         scope.session,
         scope.project_id,
         [
             exposures.FirstExposure(
-                "experiment", row.id, body.unit, chosen["key"], time.time_ns() // 1_000_000
+                "experiment", row.id, unit, chosen["key"], time.time_ns() // 1_000_000
             )
         ],
     )

@@ -15,6 +15,9 @@ class KeyCreate(ApiIn):
     name: str = ""
     environment: str | None = None
     origins: list[str] = msgspec.field(default_factory=list)
+    # attribute names or references (``/address/street``) kept out of the props of every event
+    # sent with the key: not in the event store, a relay's spool or a log line
+    private_attributes: list[str] = msgspec.field(default_factory=list)
 
 
 class Key(ApiOut):
@@ -24,6 +27,7 @@ class Key(ApiOut):
     hint: str
     environment: str | None
     origins: list[str]
+    private_attributes: list[str]
     created_at: datetime
     revoked_at: datetime | None
 

@@ -14,7 +14,9 @@ from control_plane.domain.keys import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.validation import Problems
 from control_plane.errors import conflict, invalid, not_found
+from shared.wire.kinds import reference_names
 
+MAX_PRIVATE = 100
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$")
 
 
@@ -26,6 +28,7 @@ def key_out(row: ApiKey, env_key: str | None) -> s.Key:
         hint=row.hint,
         environment=env_key,
         origins=list(row.origins),
+        private_attributes=list(row.private_attributes or ()),
         created_at=row.created_at,
         revoked_at=row.revoked_at,
     )
@@ -57,6 +60,18 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
             )
     if len(body.name) > 200:
         problems.add("name", "must be at most 200 characters")
+    if kind is KeyKind.RELAY and body.private_attributes:
+        problems.add("privateAttributes", "a relay forwards others' events: it sends none")
+    if len(body.private_attributes) > MAX_PRIVATE:
+        problems.add("privateAttributes", f"at most {MAX_PRIVATE} attributes")
+    for i, attribute in enumerate(body.private_attributes):
+        try:
+            reference_names(attribute)
+        except ValueError as exc:
+            problems.add(f"privateAttributes[{i}]", str(exc))
+        else:
+            if not attribute or len(attribute) > 200:
+                problems.add(f"privateAttributes[{i}]", "1 to 200 characters")
     problems.raise_if_any()
     row, token = new_api_key(
         scope.project_id,
@@ -66,6 +81,7 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
         origins=body.origins,
     )
     row.created_at = utcnow()
+    row.private_attributes = list(dict.fromkeys(body.private_attributes))
     scope.session.add(row)
     await scope.session.flush()
     await _access_changed(scope, row)
