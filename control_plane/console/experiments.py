@@ -81,6 +81,7 @@ class ExperimentPages(ListPage):
             goal=(form.get("goal") or "").strip() or None,
             variants=variants or None,
             activate=form.get("activate") == "on",
+            unit_kind=(form.get("unitKind") or "").strip() or "user",
         )
         return await self.write(
             request,

@@ -21,7 +21,7 @@ from relay.routes.ratelimit import RateGate
 from relay.routes.views import View, Views
 from relay.settings import RelaySettings
 from relay.store import Caller, EnvironmentState, Store
-from shared.engine import Evaluation, context_key, unit_key
+from shared.engine import Evaluation, exposure_unit
 from shared.keys import SERVER_KEY_FROM_PAGE
 from shared.wire.protocol import AccessKey
 
@@ -51,7 +51,10 @@ class Admission:
 
 class ExposureReporter(Protocol):
     def report(
-        self, state: EnvironmentState, unit: str | None, evaluations: Mapping[str, Evaluation]
+        self,
+        state: EnvironmentState,
+        unit: tuple[str, str | None] | None,  # the key, and its kind (None: a user)
+        evaluations: Mapping[str, Evaluation],
     ) -> None: ...
 
 
@@ -74,8 +77,7 @@ class Browser:
     ) -> None:
         """Tell the exposure reporter (if any) what a context was served."""
         if self.exposures is not None:
-            unit = unit_key(context) or context_key(context)  # the user's, else the one kind's
-            self.exposures.report(state, unit, evaluations)
+            self.exposures.report(state, exposure_unit(context), evaluations)
 
     async def admit(
         self, request: Request, error_body: ErrorBody, *, backends: bool = False

@@ -284,22 +284,29 @@ class FlagExposures:
         return keys
 
     def report(
-        self, state: EnvironmentState, unit: str | None, evaluations: Mapping[str, Evaluation]
+        self,
+        state: EnvironmentState,
+        unit: tuple[str, str | None] | None,
+        evaluations: Mapping[str, Evaluation],
     ) -> None:
+        """``unit``: the key and kind (None: a user) the exposures record."""
         tracked = self.tracked(state)
         if not tracked or unit is None:
             return
+        key_, kind = unit
+        qualified = qualified_unit(kind, key_)
         now = time.time_ns() // 1_000_000
         events = []
         for key in tracked.intersection(evaluations):
             variation = evaluations[key].variation
             if variation is None:
                 continue
-            event_id = f"flagexp:{key}:{unit}:{variation}"
+            event_id = f"flagexp:{key}:{qualified}:{variation}"
             if self.seen.add(event_id):
                 events.append(
                     {
-                        "unit": unit,
+                        "unit": key_,
+                        **({"unitKind": kind} if kind is not None else {}),
                         "event": "$flag_exposure",
                         "eventId": event_id,
                         "ts": now,

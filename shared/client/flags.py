@@ -32,14 +32,14 @@ from shared.engine import (
     Evaluation,
     compile_patch,
     compile_snapshot,
-    context_key,
     evaluate,
+    exposure_unit,
     ofrep_error_code,
     openfeature_reason,
-    unit_key,
 )
 from shared.wire import protocol as p
 from shared.wire.events import FLAG_EXPOSURE
+from shared.wire.kinds import qualified_unit
 from shared.wire.snapshot import Snapshot
 
 _snapshot_decoder = msgspec.json.Decoder(p.SnapshotMessage)
@@ -171,21 +171,23 @@ class FirstExposures:
 
     def new(
         self, snapshot: Snapshot, key: str, context: Mapping[str, Any], evaluation: Evaluation
-    ) -> Iterator[tuple[str, str, dict[str, Any], str]]:
-        """``(unit, event, props, event_id)`` if this evaluation is a first exposure."""
+    ) -> Iterator[tuple[str, str | None, str, dict[str, Any], str]]:
+        """``(unit, unit kind, event, props, event_id)`` if this evaluation is a first
+        exposure (the kind None for a user)."""
         flag = snapshot.flags.get(key)
         if flag is None or not flag.track_exposures or evaluation.variation is None:
             return
-        unit = unit_key(context) or context_key(context)  # the user's, else the one kind's
-        if unit is None:
+        found = exposure_unit(context)
+        if found is None:
             return
-        event_id = f"flagexp:{key}:{unit}:{evaluation.variation}"
+        unit, kind = found
+        event_id = f"flagexp:{key}:{qualified_unit(kind, unit)}:{evaluation.variation}"
         if event_id in self._seen:
             return
         self._seen[event_id] = None
         if len(self._seen) > self.limit:
             self._seen.popitem(last=False)
-        yield unit, FLAG_EXPOSURE, {"flag": key, "variation": evaluation.variation}, event_id
+        yield unit, kind, FLAG_EXPOSURE, {"flag": key, "variation": evaluation.variation}, event_id
 
     def forget(self, event_id: str) -> None:
         self._seen.pop(event_id, None)

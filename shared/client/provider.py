@@ -235,13 +235,15 @@ class _Core(AbstractProvider):
         snapshot = self.flags.snapshot
         if snapshot is None or self.exposures is None:
             return
-        for unit, event, props, event_id in self.exposures.new(
+        for unit, kind, event, props, event_id in self.exposures.new(
             snapshot, flag_key, context, evaluation
         ):
-            if not self._track(unit, event, props, event_id):
+            if not self._track(unit, kind, event, props, event_id):
                 self.exposures.forget(event_id)
 
-    def _track(self, unit: str, event: str, props: dict[str, Any], event_id: str) -> bool:
+    def _track(
+        self, unit: str, kind: str | None, event: str, props: dict[str, Any], event_id: str
+    ) -> bool:
         raise NotImplementedError
 
 
@@ -323,9 +325,11 @@ class VaneProvider(_Core):
         if self._own_client and self.client is not None:
             self.client.close()
 
-    def _track(self, unit: str, event: str, props: dict[str, Any], event_id: str) -> bool:
+    def _track(
+        self, unit: str, kind: str | None, event: str, props: dict[str, Any], event_id: str
+    ) -> bool:
         return self.client is not None and self.client.track(
-            unit, event, props=props, event_id=event_id
+            unit, event, props=props, event_id=event_id, unit_kind=kind
         )
 
     def track(
@@ -453,9 +457,11 @@ class AsyncVaneProvider(_Core):
         if self._task is not None:
             self._task.cancel()
 
-    def _track(self, unit: str, event: str, props: dict[str, Any], event_id: str) -> bool:
+    def _track(
+        self, unit: str, kind: str | None, event: str, props: dict[str, Any], event_id: str
+    ) -> bool:
         return self.client is not None and self.client.track(
-            unit, event, props=props, event_id=event_id
+            unit, event, props=props, event_id=event_id, unit_kind=kind
         )
 
     async def _run(self) -> None:

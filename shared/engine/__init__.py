@@ -13,7 +13,7 @@ runs the compiled result.
 """
 
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, experiment_bucket
-from shared.engine.contexts import context_problem, unit_key
+from shared.engine.contexts import context_problem, exposure_unit, unit_key
 from shared.engine.evaluator import context_key, evaluate, evaluate_all
 from shared.engine.graph import prerequisite_cycle, segment_cycle, segments_named
 from shared.engine.model import CompileError, ErrorKind, Evaluation, Reason
@@ -42,6 +42,7 @@ __all__ = [
     "evaluate",
     "evaluate_all",
     "experiment_bucket",
+    "exposure_unit",
     "ofrep_error_code",
     "openfeature_reason",
     "prerequisite_cycle",

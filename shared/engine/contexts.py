@@ -83,6 +83,19 @@ def unit_key(context: Context, kind: str = USER) -> str | None:
     return key_of(context) if (given if given is not None else USER) == kind else None
 
 
+def exposure_unit(context: Context) -> tuple[str, str | None] | None:
+    """The unit a flag's first exposure records for a context as it arrives, and its kind (None:
+    a user): the user's key, else the key of a single-kind context of another kind."""
+    user = unit_key(context)
+    if user is not None:
+        return user, None
+    kind = context.get("kind")
+    if isinstance(kind, str) and kind != MULTI and kind_problem(kind) is None:
+        key = key_of(context)
+        return None if key is None else (key, kind)
+    return None
+
+
 def context_problem(context: Context) -> tuple[str, str] | None:
     """Why a context as it arrives cannot be evaluated (the field, what is wrong), or None:
     what a relay answers before evaluating (``view`` gives no reason)."""

@@ -138,3 +138,19 @@ def test_a_rule_on_another_context_kind_is_written_from_the_console(api: Api) ->
     )
     assert refused.status_code == 422
     assert "is not a context kind" in refused.text
+
+
+def test_an_experiment_on_accounts_is_created_from_the_console(api: Api) -> None:
+    _, csrf = signed_in(api)
+    form = {"_csrf": csrf, "name": "Team plan", "type": "manual", "goal": "upgrade"}
+    made = api.client.post(
+        "/console/experiments", data={**form, "unitKind": "organization"}, follow_redirects=False
+    )
+    assert made.status_code == 303, made.text
+    assert api.get("/experiments/team-plan").json()["unitKind"] == "organization"
+    assert "organization units exposed" in api.client.get("/console/experiments/team-plan").text
+    refused = api.client.post(
+        "/console/experiments", data={**form, "name": "Bad", "unitKind": "multi"}
+    )
+    assert refused.status_code == 422
+    assert "is not a context kind" in refused.text

@@ -309,6 +309,23 @@ def test_first_exposures_of_flags_with_metrics_are_reported_once(stack: Stack) -
             return sum(v["exposed"] for v in results[0]["variants"])
 
         eventually(lambda: exposed() == 4, what="u, m1, m2 and m3 exposed once each")
+        # a context of another kind is exposed as its qualified unit (issue #23), by the
+        # provider and by the relay alike
+        organization = {"kind": "organization", "targetingKey": "acme"}
+        assert provider.evaluate("measured", organization, None) is True
+        assert provider.client.flush(timeout=10)
+        device = {"context": {"kind": "device", "key": "d1"}}
+        served = httpx.post(
+            f"{stack.relay.url}/ofrep/v1/evaluate/flags/measured",
+            json=device,
+            headers=stack.server(),
+            timeout=10,
+        )
+        assert served.json()["value"] is True, served.text
+        eventually(lambda: exposed() == 6, what="the organization and the device exposed")
+        for unit in ("organization:acme", "device:d1"):
+            found = stack.api("GET", f"/events?unit={unit}&event=$flag_exposure").json()
+            assert len(found["events"]) == 1, (unit, found)
     finally:
         provider.shutdown()
 
