@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import signal
 from dataclasses import dataclass
 
 APP = "relay.app:create_app_from_env"
+STOP_GRACE_S = 10.0
+logger = logging.getLogger("vane.relay")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,22 @@ async def _embedded(options: ServeOptions) -> None:
         backlog=options.backlog,
     )
     loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        server.stop()  # type: ignore[no-untyped-call]  # granian ships it untyped
+        # granian's embedded server can miss a stop that lands while its worker is still
+        # registering for it, and then waits for ever (seen when `vane up` died right after
+        # starting its relay): past the grace period the process leaves without its lifespan's
+        # shutdown, which loses nothing (the spool is fsync'd before any event is answered)
+        loop.call_later(STOP_GRACE_S, _leave)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):  # pragma: no cover - Windows
-            loop.add_signal_handler(sig, server.stop)
+            loop.add_signal_handler(sig, stop)
     await server.serve()
+
+
+def _leave() -> None:
+    logger.warning("the relay did not stop within %s s of being asked; leaving", STOP_GRACE_S)
+    logging.shutdown()
+    os._exit(0)
