@@ -37,8 +37,8 @@ from shared.backoff import Backoff
 from shared.client.async_client import AsyncVaneClient
 from shared.client.flags import Details, FeedOutOfStep, FirstExposures, FlagSet, SseParser, details
 from shared.client.sync_client import VaneClient
-from shared.engine import CompileError, evaluate, unit_key
-from shared.wire.kinds import kind_problem
+from shared.engine import CompileError, evaluate, exposure_unit, unit_key
+from shared.wire.kinds import USER, kind_problem
 
 logger = logging.getLogger("vane.provider")
 
@@ -345,18 +345,21 @@ class VaneProvider(_Core):
         value = getattr(tracking_event_details, "value", None)
         extra = dict(getattr(tracking_event_details, "attributes", {}) or {})
         kind = extra.pop("unitKind", None)
-        if not isinstance(kind, str):  # the user, or the one kind of a single-kind context
-            given = context.get("kind")
-            kind = given if isinstance(given, str) and given != "multi" else "user"
-        unit = unit_key(context, kind)
-        if self.client is None or unit is None or kind_problem(kind) is not None:
+        found: tuple[str, str | None] | None
+        if isinstance(kind, str):  # that kind's unit
+            key = unit_key(context, kind)
+            found = None if key is None or kind_problem(kind) else (key, kind)
+        else:  # the user, or the one kind of a single-kind context, as an exposure records
+            found = exposure_unit(context)
+        if self.client is None or found is None:
             return
+        unit, unit_kind = found
         self.client.track(
             unit,
             tracking_event_name,
             value=int(value) if isinstance(value, int | float) else None,
             props=extra or None,
-            unit_kind=None if kind == "user" else kind,
+            unit_kind=None if unit_kind == USER else unit_kind,
         )
 
     def _run(self) -> None:

@@ -96,28 +96,40 @@ def exposure_unit(context: Context) -> tuple[str, str | None] | None:
     return None
 
 
+_KEY_REQUIRED = "a non-empty key is required"
+
+
+def _parts(context: Context, kind: Any) -> dict[str, Part] | tuple[str, str]:
+    """A context naming a kind (``kind``: another than the user, or ``multi``) as its parts,
+    each kind's attributes and key; or why it cannot be evaluated (the field, what is wrong)."""
+    if kind != MULTI:
+        if (problem := kind_problem(kind)) is not None:
+            return "kind", problem
+        key = key_of(context)
+        return ("key", _KEY_REQUIRED) if key is None else {kind: (context, key)}
+    parts: dict[str, Part] = {}
+    for name, part in context.items():
+        if name in _NOT_PARTS:
+            continue
+        if (problem := kind_problem(name)) is not None:
+            return name, problem
+        if not isinstance(part, Mapping):
+            return name, "a part of a multi-kind context is an object"
+        key = key_of(part)
+        if key is None:
+            return f"{name}.key", _KEY_REQUIRED
+        parts[name] = (part, key)
+    return parts or ("kind", "a multi-kind context holds at least one kind")
+
+
 def context_problem(context: Context) -> tuple[str, str] | None:
     """Why a context as it arrives cannot be evaluated (the field, what is wrong), or None:
     what a relay answers before evaluating (``view`` gives no reason)."""
     kind = context.get("kind")
     if kind is None or kind == USER:
-        return None if key_of(context) is not None else ("key", "a non-empty key is required")
-    if kind != MULTI:
-        if (problem := kind_problem(kind)) is not None:
-            return "kind", problem
-        return None if key_of(context) is not None else ("key", "a non-empty key is required")
-    parts = [name for name in context if name not in _NOT_PARTS]
-    if not parts:
-        return "kind", "a multi-kind context holds at least one kind"
-    for name in parts:
-        part = context[name]
-        if (problem := kind_problem(name)) is not None:
-            return name, problem
-        if not isinstance(part, Mapping):
-            return name, "a part of a multi-kind context is an object"
-        if key_of(part) is None:
-            return f"{name}.key", "a non-empty key is required"
-    return None
+        return None if key_of(context) is not None else ("key", _KEY_REQUIRED)
+    found = _parts(context, kind)
+    return found if isinstance(found, tuple) else None
 
 
 def view(context: Context) -> tuple[Context, str] | None:
@@ -127,24 +139,9 @@ def view(context: Context) -> tuple[Context, str] | None:
     if kind is None or kind == USER:
         key = key_of(context)
         return None if key is None else (context, key)
-    parts: dict[str, Part] = {}
-    if kind == MULTI:
-        for name, part in context.items():
-            if name in _NOT_PARTS:
-                continue
-            if kind_problem(name) is not None or not isinstance(part, Mapping):
-                return None
-            part_key = key_of(part)
-            if part_key is None:
-                return None
-            parts[name] = (part, part_key)
-        if not parts:
-            return None
-    else:
-        part_key = key_of(context)
-        if kind_problem(kind) is not None or part_key is None:
-            return None
-        parts[kind] = (context, part_key)
+    parts = _parts(context, kind)
+    if isinstance(parts, tuple):
+        return None
     user = parts.get(USER)
     seen = Kinds(user[0] if user is not None else ())
     seen.parts = parts
@@ -177,15 +174,6 @@ def reference(attribute: str, path: str, *, literal: bool = False) -> tuple[str,
         return reference_names(attribute)
     except ValueError as exc:
         raise InvalidAt(path, str(exc)) from None
-
-
-def reference_problem(attribute: str) -> str | None:
-    """Why ``attribute``, read as a reference (a rule that names its kind), cannot be one."""
-    try:
-        reference(attribute, "")
-    except InvalidAt as exc:
-        return exc.message
-    return None
 
 
 def reader(names: tuple[str, ...]) -> Callable[[Context], Any]:

@@ -42,6 +42,15 @@ def reference_names(attribute: str) -> tuple[str, ...]:
     return tuple(name.replace("~1", "/").replace("~0", "~") for name in names)
 
 
+def reference_problem(attribute: str) -> str | None:
+    """Why ``attribute``, read as a reference, cannot be one (None: it can)."""
+    try:
+        reference_names(attribute)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def redact(props: dict[str, Any] | None, private: tuple[str, ...]) -> dict[str, Any] | None:
     """``props`` without the ``private`` attributes (names, or references into nested objects):
     what a key's ``privateAttributes`` keep out of the event store and the relay's spool. The

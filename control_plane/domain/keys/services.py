@@ -14,7 +14,7 @@ from control_plane.domain.keys import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.validation import Problems
 from control_plane.errors import conflict, invalid, not_found
-from shared.wire.kinds import reference_names
+from shared.wire.kinds import reference_problem
 
 MAX_PRIVATE = 100
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$")
@@ -65,13 +65,10 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
     if len(body.private_attributes) > MAX_PRIVATE:
         problems.add("privateAttributes", f"at most {MAX_PRIVATE} attributes")
     for i, attribute in enumerate(body.private_attributes):
-        try:
-            reference_names(attribute)
-        except ValueError as exc:
-            problems.add(f"privateAttributes[{i}]", str(exc))
-        else:
-            if not attribute or len(attribute) > 200:
-                problems.add(f"privateAttributes[{i}]", "1 to 200 characters")
+        if (problem := reference_problem(attribute)) is not None:
+            problems.add(f"privateAttributes[{i}]", problem)
+        elif not attribute or len(attribute) > 200:
+            problems.add(f"privateAttributes[{i}]", "1 to 200 characters")
     problems.raise_if_any()
     row, token = new_api_key(
         scope.project_id,

@@ -13,11 +13,10 @@ from typing import Any
 
 from control_plane.domain.targeting.schemas import ClauseIn, ServeIn, WeightIn
 from control_plane.domain.validation import Problems
-from shared.engine.contexts import reference_problem
 from shared.engine.operators import DATE_OPS, NUMBER_OPS, OPERATORS, SEMVER_OPS, STRING_OPS
 from shared.wire import body
 from shared.wire import snapshot as w
-from shared.wire.kinds import kind_problem
+from shared.wire.kinds import kind_problem, reference_problem
 
 MAX_VALUES_PER_CLAUSE = 10_000
 
