@@ -255,7 +255,7 @@ class Metric(Base):
     key: Mapped[str] = mapped_column(String(128))
     name: Mapped[str] = mapped_column(String(200))
     event: Mapped[str] = mapped_column(String(200))
-    aggregation: Mapped[str] = mapped_column(String(16))  # sum | mean | count | conversion
+    aggregation: Mapped[str] = mapped_column(String(16))  # sum|mean|count|conversion|ratio|quantile
     direction: Mapped[str] = mapped_column(String(8))  # higher | lower
     format: Mapped[str] = mapped_column(String(32), default="")
     description: Mapped[str] = mapped_column(Text, default="")
@@ -264,6 +264,12 @@ class Metric(Base):
     capping: Mapped[str | None] = mapped_column(String(16), nullable=True)
     capping_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     currency: Mapped[str | None] = mapped_column(String(3), nullable=True)  # sum/mean: only it
+    # ratio: ``event``'s per-unit ``numerator`` (sum | count) over the per-unit ``denominator``
+    # (sum | count) of ``denominator_event``
+    numerator: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    denominator_event: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    denominator: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    quantile: Mapped[float | None] = mapped_column(Float, nullable=True)  # quantile: 0 < q < 1
     version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
