@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from .cuped import RATIO_REFUSAL, CupedInfo, cuped_adjust
+from .cuped import CupedInfo, cuped_adjust
 from .moments import ArmSummary, Moments, summarise
 
 _CONTROL = object()
@@ -55,12 +55,9 @@ def prepare(
     adjusted: dict[object, tuple[float, float]] = {}
     notes: list[str] = []
     if cuped:
-        if ratio:
-            info = CupedInfo(False, reason=RATIO_REFUSAL)
-        else:
-            keyed: dict[object, Moments] = {_CONTROL: control}
-            keyed.update(treatments.items())
-            info, adjusted = cuped_adjust(keyed)
+        keyed: dict[object, Moments] = {_CONTROL: control}
+        keyed.update(treatments.items())
+        info, adjusted = cuped_adjust(keyed, ratio=ratio)
         if not info.applied and info.reason:
             notes.append(info.reason)
     raw = {k: _estimate(s, None) for k, s in summaries.items()}

@@ -19,16 +19,33 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+_VARIABLES = ("y", "z", "x", "w")
+# the sum of each product of two variables' values less their shifts, by field name
+_PRODUCTS = {
+    "sum_y2": ("y", "y"),
+    "sum_z2": ("z", "z"),
+    "sum_yz": ("y", "z"),
+    "sum_x2": ("x", "x"),
+    "sum_xy": ("x", "y"),
+    "sum_w2": ("w", "w"),
+    "sum_xw": ("x", "w"),
+    "sum_yw": ("y", "w"),
+    "sum_zx": ("z", "x"),
+    "sum_zw": ("z", "w"),
+}
+_SUM_FIELDS: tuple[str, ...] = ("sum_y", "sum_y2", "sum_z", "sum_z2", "sum_yz", "sum_x", "sum_x2")
+_SUM_FIELDS += ("sum_xy", "sum_w", "sum_w2", "sum_xw", "sum_yw", "sum_zx", "sum_zw")
+
 
 @dataclass(frozen=True, slots=True)
 class Moments:
     """Sufficient statistics of one arm over its exposed units.
 
     ``y`` is the per-unit metric value (0/1 for conversion, event count, sum of ``value``; the
-    numerator for a ratio metric), ``z`` the ratio metric's per-unit denominator (number of
-    events) and ``x`` the CUPED covariate (the same metric in the 14 days before exposure).
-    Every sum is of the values less their shift: ``sum_y`` is Σ(y - shift_y), ``sum_yz`` is
-    Σ(y - shift_y)(z - shift_z), and so on.
+    numerator for a ratio metric), ``z`` the ratio metric's per-unit denominator, ``x`` the CUPED
+    covariate (the same metric in the 14 days before exposure; for a ratio metric its numerator)
+    and ``w`` a ratio metric's CUPED covariate denominator. Every sum is of the values less their
+    shift: ``sum_y`` is Σ(y - shift_y), ``sum_yz`` is Σ(y - shift_y)(z - shift_z), and so on.
     """
 
     n: int
@@ -43,26 +60,31 @@ class Moments:
     shift_y: float = 0.0
     shift_z: float = 0.0
     shift_x: float = 0.0
+    sum_w: float = 0.0
+    sum_w2: float = 0.0
+    sum_xw: float = 0.0
+    sum_yw: float = 0.0
+    sum_zx: float = 0.0
+    sum_zw: float = 0.0
+    shift_w: float = 0.0
 
     @classmethod
     def zeros(
-        cls, n: int, shift_y: float = 0.0, shift_z: float = 0.0, shift_x: float = 0.0
+        cls,
+        n: int,
+        shift_y: float = 0.0,
+        shift_z: float = 0.0,
+        shift_x: float = 0.0,
+        shift_w: float = 0.0,
     ) -> Moments:
-        """``n`` units whose y, z and x are all 0 (exposed units without events)."""
-        return cls(
-            n,
-            -n * shift_y,
-            n * shift_y * shift_y,
-            -n * shift_z,
-            n * shift_z * shift_z,
-            n * shift_y * shift_z,
-            -n * shift_x,
-            n * shift_x * shift_x,
-            n * shift_x * shift_y,
-            shift_y,
-            shift_z,
-            shift_x,
-        )
+        """``n`` units whose y, z, x and w are all 0 (exposed units without events)."""
+        return cls(n, 0.0, 0.0).shifted(shift_y, shift_z, shift_x, shift_w)
+
+    def _shift(self, variable: str) -> float:
+        return float(getattr(self, f"shift_{variable}"))
+
+    def _sum(self, variable: str) -> float:
+        return float(getattr(self, f"sum_{variable}"))
 
     @property
     def mean_y(self) -> float:
@@ -86,75 +108,49 @@ class Moments:
         """Σz itself (the ratio metric's denominator)."""
         return self.sum_z + self.n * self.shift_z
 
-    def shifted(self, shift_y: float, shift_z: float, shift_x: float) -> Moments:
+    @property
+    def total_x(self) -> float:
+        return self.sum_x + self.n * self.shift_x
+
+    @property
+    def total_w(self) -> float:
+        return self.sum_w + self.n * self.shift_w
+
+    def shifted(
+        self, shift_y: float, shift_z: float, shift_x: float, shift_w: float = 0.0
+    ) -> Moments:
         """The same statistics about other shifts. Exact algebra on the sums, so it holds for
-        increments too (sums with ``n == 0`` that change units already counted)."""
-        dy, dz, dx = self.shift_y - shift_y, self.shift_z - shift_z, self.shift_x - shift_x
-        if dy == dz == dx == 0:
+        increments too (sums with ``n == 0`` that change units already counted):
+        Σ(a-k'_a)(b-k'_b) = Σ(a-k_a)(b-k_b) + d_b Σ(a-k_a) + d_a Σ(b-k_b) + n d_a d_b with
+        d = k - k'."""
+        new = {"y": shift_y, "z": shift_z, "x": shift_x, "w": shift_w}
+        d = {v: self._shift(v) - new[v] for v in _VARIABLES}
+        if not any(d.values()):
             return self
         n = self.n
-        return Moments(
-            n,
-            self.sum_y + n * dy,
-            self.sum_y2 + 2.0 * dy * self.sum_y + n * dy * dy,
-            self.sum_z + n * dz,
-            self.sum_z2 + 2.0 * dz * self.sum_z + n * dz * dz,
-            self.sum_yz + dz * self.sum_y + dy * self.sum_z + n * dy * dz,
-            self.sum_x + n * dx,
-            self.sum_x2 + 2.0 * dx * self.sum_x + n * dx * dx,
-            self.sum_xy + dy * self.sum_x + dx * self.sum_y + n * dx * dy,
-            shift_y,
-            shift_z,
-            shift_x,
-        )
+        out: dict[str, float] = {f"shift_{v}": new[v] for v in _VARIABLES}
+        for v in _VARIABLES:
+            out[f"sum_{v}"] = self._sum(v) + n * d[v]
+        for name, (a, b) in _PRODUCTS.items():
+            out[name] = (
+                getattr(self, name) + d[b] * self._sum(a) + d[a] * self._sum(b) + n * d[a] * d[b]
+            )
+        return Moments(n, **out)
 
     def _sums(self) -> tuple[float, ...]:
-        return (
-            self.sum_y,
-            self.sum_y2,
-            self.sum_z,
-            self.sum_z2,
-            self.sum_yz,
-            self.sum_x,
-            self.sum_x2,
-            self.sum_xy,
-        )
+        return tuple(getattr(self, name) for name in _SUM_FIELDS)
 
     def _values(self) -> tuple[float, ...]:
-        return (
-            self.n,
-            self.sum_y,
-            self.sum_y2,
-            self.sum_z,
-            self.sum_z2,
-            self.sum_yz,
-            self.sum_x,
-            self.sum_x2,
-            self.sum_xy,
-            self.shift_y,
-            self.shift_z,
-            self.shift_x,
-        )
+        return (self.n, *self._sums(), *(self._shift(v) for v in _VARIABLES))
 
     def __add__(self, other: Moments) -> Moments:
         """The union's moments, about this one's shifts (or the other's when this one is empty)."""
         base = other if self.n == 0 and not any(self._sums()) else self
-        a = self.shifted(base.shift_y, base.shift_z, base.shift_x)
-        b = other.shifted(base.shift_y, base.shift_z, base.shift_x)
-        sy, sy2, sz, sz2, syz, sx, sx2, sxy = (
-            p + q for p, q in zip(a._sums(), b._sums(), strict=True)
-        )
+        shifts = tuple(base._shift(v) for v in _VARIABLES)
+        a, b = self.shifted(*shifts), other.shifted(*shifts)
+        sums = {name: getattr(a, name) + getattr(b, name) for name in _SUM_FIELDS}
         return Moments(
-            a.n + b.n,
-            sy,
-            sy2,
-            sz,
-            sz2,
-            syz,
-            sx,
-            sx2,
-            sxy,
-            *(base.shift_y, base.shift_z, base.shift_x),
+            a.n + b.n, **sums, **{f"shift_{v}": s for v, s in zip(_VARIABLES, shifts, strict=True)}
         )
 
     def is_finite(self) -> bool:
@@ -173,35 +169,24 @@ def moments_from_values(
     y: npt.ArrayLike,
     z: npt.ArrayLike | None = None,
     x: npt.ArrayLike | None = None,
+    w: npt.ArrayLike | None = None,
 ) -> Moments:
     """Reduce raw per-unit arrays to :class:`Moments` about their first values, as the SQL does
     (used by tests)."""
-    ya = np.asarray(y, dtype=np.float64).ravel()
-    za = None if z is None else np.asarray(z, dtype=np.float64).ravel()
-    xa = None if x is None else np.asarray(x, dtype=np.float64).ravel()
-    for name, arr in (("z", za), ("x", xa)):
-        if arr is not None and arr.shape != ya.shape:
-            raise ValueError(f"{name} must have the same length as y")
-
-    def first(arr: npt.NDArray[np.float64] | None) -> float:
-        return float(arr[0]) if arr is not None and arr.size else 0.0
-
-    ky, kz, kx = first(ya), first(za), first(xa)
-    yc = ya - ky
-    out: dict[str, Any] = {
-        "n": int(ya.size),
-        "sum_y": float(yc.sum()),
-        "sum_y2": float(yc @ yc),
-        "shift_y": ky,
-    }
-    if za is not None:
-        zc = za - kz
-        out |= {"sum_z": float(zc.sum()), "sum_z2": float(zc @ zc), "sum_yz": float(yc @ zc)}
-        out["shift_z"] = kz
-    if xa is not None:
-        xc = xa - kx
-        out |= {"sum_x": float(xc.sum()), "sum_x2": float(xc @ xc), "sum_xy": float(yc @ xc)}
-        out["shift_x"] = kx
+    arrays: dict[str, npt.NDArray[np.float64]] = {"y": np.asarray(y, dtype=np.float64).ravel()}
+    for name, given in (("z", z), ("x", x), ("w", w)):
+        if given is not None:
+            arrays[name] = np.asarray(given, dtype=np.float64).ravel()
+            if arrays[name].shape != arrays["y"].shape:
+                raise ValueError(f"{name} must have the same length as y")
+    centred = {name: arr - (float(arr[0]) if arr.size else 0.0) for name, arr in arrays.items()}
+    out: dict[str, Any] = {"n": int(arrays["y"].size)}
+    for name, arr in arrays.items():
+        out[f"shift_{name}"] = float(arr[0]) if arr.size else 0.0
+        out[f"sum_{name}"] = float(centred[name].sum())
+    for field_name, (a, b) in _PRODUCTS.items():
+        if a in centred and b in centred:
+            out[field_name] = float(centred[a] @ centred[b])
     return Moments(**out)
 
 

@@ -107,17 +107,17 @@ def test_bayesian_and_sequential_use_the_adjusted_numbers() -> None:
         assert adjusted.ci_high - adjusted.ci_low < 0.6 * (plain.ci_high - plain.ci_low)
 
 
-def test_ratio_metrics_refuse_cuped_and_say_so() -> None:
+def test_a_ratio_without_its_denominator_before_exposure_is_left_unadjusted() -> None:
     rng = np.random.default_rng(34)
     z = rng.poisson(2, (2, 500)) + 1.0
     y = z * 3 + rng.normal(0, 1, (2, 500))
-    control = moments_from_values(y[0], z=z[0], x=y[0])
-    arms = {"b": moments_from_values(y[1], z=z[1], x=y[1])}
+    control = moments_from_values(y[0], z=z[0], x=y[0], w=np.zeros(500))
+    arms = {"b": moments_from_values(y[1], z=z[1], x=y[1], w=z[1])}
     res = analyse(control, arms, ratio=True, cuped=True)
     assert res.cuped is not None
     assert not res.cuped.applied
     assert res.cuped.reason is not None
-    assert "ratio" in res.cuped.reason
+    assert "denominator before exposure" in res.cuped.reason
     assert res.notes == (res.cuped.reason,)
     assert res.comparisons == analyse(control, arms, ratio=True).comparisons
     assert res.control.adjusted_mean is None

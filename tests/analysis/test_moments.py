@@ -29,9 +29,19 @@ def test_moments_from_values_are_the_sums() -> None:
         sum_xy=6,
         shift_y=1,
         shift_z=1,
+        sum_zx=1,
     )
     assert m.shifted(0.0, 0.0, 0.0) == Moments(
-        n=3, sum_y=6, sum_y2=14, sum_z=4, sum_z2=6, sum_yz=9, sum_x=5, sum_x2=17, sum_xy=11
+        n=3,
+        sum_y=6,
+        sum_y2=14,
+        sum_z=4,
+        sum_z2=6,
+        sum_yz=9,
+        sum_x=5,
+        sum_x2=17,
+        sum_xy=11,
+        sum_zx=6,
     )
 
 
