@@ -31,7 +31,14 @@ from control_plane.domain.webhooks import services as webhooks
 from control_plane.errors import ApiError
 
 PAGE_SIZE = 50
-AGGREGATIONS = ("conversion", "count", "sum", "mean")
+AGGREGATIONS = ("conversion", "count", "sum", "mean", "ratio")
+
+
+def _part(form: Any, side: str) -> metric_s.PartAggregation:
+    """A ratio's side: ``sum`` of value or ``count`` of events, as the form's select says."""
+    return "count" if form.get(side) == "count" else "sum"
+
+
 KINDS = ("management", "server", "relay", "public")
 
 
@@ -170,12 +177,22 @@ class MetricPages(ListPage):
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         aggregation = form.get("aggregation") or "conversion"
+        event = (form.get("event") or "").strip()
+        numerator = denominator = None
+        if aggregation == "ratio":  # the event is the numerator's
+            numerator = metric_s.RatioPart(event=event, aggregation=_part(form, "numerator"))
+            denominator = metric_s.RatioPart(
+                event=(form.get("denominator_event") or "").strip(),
+                aggregation=_part(form, "denominator"),
+            )
         body = metric_s.MetricCreate(
             name=(form.get("name") or "").strip(),
-            event=(form.get("event") or "").strip(),
+            event=None if aggregation == "ratio" else event,
             aggregation=aggregation if aggregation in AGGREGATIONS else "conversion",  # type: ignore[arg-type]
             direction="lower" if form.get("direction") == "lower" else "higher",
             currency=(form.get("currency") or "").strip() or None,
+            numerator=numerator,
+            denominator=denominator,
         )
         return await self.write(
             request,

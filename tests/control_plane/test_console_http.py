@@ -154,3 +154,31 @@ def test_an_experiment_on_accounts_is_created_from_the_console(api: Api) -> None
     )
     assert refused.status_code == 422
     assert "is not a context kind" in refused.text
+
+
+def test_a_ratio_metric_is_created_from_the_console_with_the_api_s_audit(api: Api) -> None:
+    _, csrf = signed_in(api)
+    form = {
+        "_csrf": csrf,
+        "name": "Revenue per session",
+        "event": "purchase",
+        "aggregation": "ratio",
+        "numerator": "sum",
+        "denominator_event": "session",
+        "denominator": "count",
+        "direction": "higher",
+    }
+    made = api.client.post("/console/metrics/", data=form, follow_redirects=False)
+    assert made.status_code == 303, made.text
+    created = api.get("/metrics/revenue-per-session").json()
+    assert created["numerator"] == {"event": "purchase", "aggregation": "sum"}
+    assert created["denominator"] == {"event": "session", "aggregation": "count"}
+    audit = api.get("/audit", params={"resourceType": "metric"}).json()
+    assert [e["action"] for e in audit["entries"]][:1] == ["metric.create"]
+    listing = api.client.get("/console/metrics").text
+    assert "<code>purchase</code> sum per <code>session</code> count" in listing
+    refused = api.client.post(
+        "/console/metrics/", data={**form, "name": "No denominator", "denominator_event": ""}
+    )
+    assert refused.status_code == 422
+    assert "the event name the metric reads" in refused.text

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,24 @@ def json_values(text: str) -> list[dict[str, object]]:
         while position < len(text) and text[position].isspace():
             position += 1
     return values
+
+
+def test_the_ratio_metric_example_works_as_written(stack: tuple[ControlPlane, Relay]) -> None:
+    cp, _ = stack
+    text = README.read_text()
+    section = text[text.index("A **ratio metric** divides") :]
+    script = re.findall(r"```sh\n(.*?)```", section, re.S)[0]
+    rate = float(re.findall(r'# u1\'s variant: "rate": ([\d.]+)', script)[0])
+    env = (
+        f"CP={cp.url}\nMGMT='Authorization: Bearer {cp.keys['management']}'\n"
+        f"SERVER={cp.keys['server']}\n"
+    )
+    answers = json_values(run(env + script))
+    metric, experiment, _, assigned = answers[:4]
+    assert metric["aggregation"] == "ratio"
+    assert experiment["cuped"] is True
+    results: Any = answers[-1]["results"]
+    assert results["metric"]["key"] == metric["key"]
+    by_key = {v["key"]: v for v in results["variants"]}
+    assert by_key[assigned["variant"]]["exposed"] == 1
+    assert by_key[assigned["variant"]]["rate"] == rate

@@ -30,7 +30,7 @@ DAY = 24 * 3600 * 1000
 def raw(moments: Moments) -> Moments:
     """The sums about zero (the SQL takes them about one unit's values), to compare with sums
     computed here directly."""
-    return moments.shifted(0.0, 0.0, 0.0)
+    return moments.shifted(0.0, 0.0, 0.0, 0.0)
 
 
 def expected(
@@ -39,34 +39,39 @@ def expected(
     metric: MetricSpec,
     cuped: bool,
 ) -> dict[str, Moments]:
-    per_arm: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    """The moments of ``metric`` computed here from the rows, one unit at a time."""
+    y_part, z_part = metric.parts
+    per_arm: dict[str, list[dict[str, float]]] = defaultdict(list)
+
+    def part_of(unit: str, part: tuple[str, str], low: float, high: float) -> float:
+        name, aggregation = part
+        values = [v or 0 for u, n, v, ts in events if u == unit and n == name and low <= ts < high]
+        if aggregation == "conversion":
+            return 1.0 if values else 0.0
+        if aggregation == "count":
+            return float(len(values))
+        return float(sum(values))
+
     for unit, (arm, at) in exposures.items():
-        mine = [(value, ts) for u, name, value, ts in events if u == unit and name == metric.event]
-        after = [v or 0 for v, ts in mine if ts >= at]
-        before = [v or 0 for v, ts in mine if at - CUPED_WINDOW_MS <= ts < at]
-
-        def y_of(values: list[int]) -> float:
-            if metric.aggregation == "conversion":
-                return 1.0 if values else 0.0
-            if metric.aggregation == "count":
-                return float(len(values))
-            return float(sum(values))
-
-        z = float(len(after)) if metric.aggregation == "mean" else 0.0
-        per_arm[arm].append((y_of(after), z, y_of(before) if cuped else 0.0))
+        row = {"y": part_of(unit, y_part, at, math.inf)}
+        if cuped:
+            row["x"] = part_of(unit, y_part, at - CUPED_WINDOW_MS, at)
+        if z_part is not None:
+            row["z"] = part_of(unit, z_part, at, math.inf)
+            if cuped:
+                row["w"] = part_of(unit, z_part, at - CUPED_WINDOW_MS, at)
+        per_arm[arm].append(row)
     out = {}
     for arm, rows in per_arm.items():
-        out[arm] = Moments(
-            n=len(rows),
-            sum_y=sum(y for y, _, _ in rows),
-            sum_y2=sum(y * y for y, _, _ in rows),
-            sum_z=sum(z for _, z, _ in rows),
-            sum_z2=sum(z * z for _, z, _ in rows),
-            sum_yz=sum(y * z for y, z, _ in rows),
-            sum_x=sum(x for _, _, x in rows),
-            sum_x2=sum(x * x for _, _, x in rows),
-            sum_xy=sum(x * y for y, _, x in rows),
-        )
+        sums: dict[str, float] = {}
+        for name in ("y", "z", "x", "w"):
+            sums[f"sum_{name}"] = sum(r.get(name, 0.0) for r in rows)
+        for field, pair in {
+            "sum_y2": "yy", "sum_z2": "zz", "sum_yz": "yz", "sum_x2": "xx", "sum_xy": "xy",
+            "sum_w2": "ww", "sum_xw": "xw", "sum_yw": "yw", "sum_zx": "zx", "sum_zw": "zw",
+        }.items():  # fmt: skip
+            sums[field] = sum(r.get(pair[0], 0.0) * r.get(pair[1], 0.0) for r in rows)
+        out[arm] = Moments(n=len(rows), **sums)
     return out
 
 
@@ -98,6 +103,9 @@ def test_arm_moments_match_raw_computation(
         MetricSpec("views", "view", "count"),
         MetricSpec("revenue", "purchase", "sum"),
         MetricSpec("aov", "purchase", "mean"),
+        # revenue per view, and purchases per view: two events in one ratio
+        MetricSpec("rpv", "purchase", "ratio", denominator=("view", "count")),
+        MetricSpec("ppv", "purchase", "ratio", numerator="count", denominator=("view", "sum")),
     ]
 
     async def run() -> dict[str, dict[str, ArmAggregate]]:

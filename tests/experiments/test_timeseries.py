@@ -39,6 +39,10 @@ def _data(seed: int) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, i
             )
         if rng.random() < 0.2:
             events.append((f"u{i}", "purchase", 999, at - 3_600_000))  # before exposure
+    views = random.Random(seed + 1)  # a ratio's denominator: views, some units with none
+    for unit, _, at in exposures:
+        for _ in range(views.choice([0, 1, 2, 4])):
+            events.append((unit, "view", None, at + views.randrange(-DAY_MS, 4 * DAY_MS)))
     return exposures, events
 
 
@@ -52,7 +56,11 @@ def _expected(
     exposed_at = {u: at for u, _, at in exposures}
     last_day = max(
         [at // DAY_MS for _, _, at in exposures]
-        + [ts // DAY_MS for u, _, _, ts in events if ts >= exposed_at[u]]
+        + [
+            ts // DAY_MS
+            for u, n, _, ts in events
+            if ts >= exposed_at[u] and (n == "purchase" or aggregation == "ratio")
+        ]
     )
     out = []
     p_values: dict[str, float | None] = {}
@@ -64,27 +72,31 @@ def _expected(
         for unit, arm, at in exposures:
             if at >= end:
                 continue
-            mine = [v or 0 for u, _, v, ts in events if u == unit and at <= ts < end]
+            mine = [
+                v or 0 for u, n, v, ts in events if u == unit and n == "purchase" and at <= ts < end
+            ]
+            seen = [1 for u, n, _, ts in events if u == unit and n == "view" and at <= ts < end]
             y = {"conversion": float(bool(mine)), "count": float(len(mine))}.get(
                 aggregation, float(sum(mine))
             )
             if cap is not None:
                 y = min(y, cap)
-            per_arm[arm].append((y, float(len(mine))))
+            # a ratio: revenue per view; a mean: per purchase
+            per_arm[arm].append((y, float(len(seen) if aggregation == "ratio" else len(mine))))
             conversions[arm] += bool(mine)
 
         def moments(arm: str, per_arm: dict[str, list[tuple[float, float]]] = per_arm) -> Moments:
             rows = per_arm[arm]
             if not rows:
                 return Moments(0, 0.0, 0.0)
-            z = [r[1] for r in rows] if aggregation == "mean" else None
+            z = [r[1] for r in rows] if aggregation in ("mean", "ratio") else None
             return moments_from_values([r[0] for r in rows], z)
 
         result = analyse(
             moments("control"),
             {"treatment": moments("treatment")},
             engine=engine,  # type: ignore[arg-type]
-            ratio=aggregation == "mean",
+            ratio=aggregation in ("mean", "ratio"),
             previous_p_values=p_values,
             previous_bounds=bounds,
         )
@@ -113,6 +125,8 @@ def _expected(
         ("sum", "sequential", None),
         ("sum", "frequentist", {"type": "absolute", "value": 1_500}),
         ("mean", "frequentist", {"type": "absolute", "value": 2_000}),
+        ("ratio", "frequentist", None),
+        ("ratio", "bayesian", {"type": "absolute", "value": 2_500}),
     ],
 )
 def test_timeseries_matches_a_direct_computation(
@@ -125,12 +139,12 @@ def test_timeseries_matches_a_direct_computation(
     """On PostgreSQL the units are cut into three ranges queried at once (their sums add up)."""
     monkeypatch.setattr(aggregates, "_MIN_UNITS_PER_RANGE", 1)
     monkeypatch.setenv("VANE_ANALYSIS_PARTITIONS", "3")
-    body: dict[str, Any] = {
-        "name": "M",
-        "key": "m",
-        "event": "purchase",
-        "aggregation": aggregation,
-    }
+    body: dict[str, Any] = {"name": "M", "key": "m", "aggregation": aggregation}
+    if aggregation == "ratio":  # revenue per view
+        body["numerator"] = {"event": "purchase", "aggregation": "sum"}
+        body["denominator"] = {"event": "view", "aggregation": "count"}
+    else:
+        body["event"] = "purchase"
     if capping:
         body["capping"] = capping
     metric(api, body)

@@ -592,7 +592,7 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
         arms=[x["key"] for x in row.variants],
         control=CONTROL,
         engine=row.stats_engine,
-        ratio=chosen.aggregation == "mean",
+        ratio=chosen.is_ratio,
         alpha=ALPHA,
         prior_sd=scope.bayesian_prior_sd,
     )

@@ -7,9 +7,23 @@ from msgspec import UNSET, UnsetType
 
 from control_plane.domain.schemas import ApiIn, ApiOut
 
-Aggregation = Literal["sum", "mean", "count", "conversion"]
+Aggregation = Literal["sum", "mean", "count", "conversion", "ratio"]
 Direction = Literal["higher", "lower"]
 CappingType = Literal["absolute", "percentile"]
+PartAggregation = Literal["sum", "count"]
+
+
+class RatioPart(ApiIn):
+    """One side of a ratio metric: per exposed unit, the ``sum`` of ``value`` or the ``count`` of
+    its ``event`` events at or after exposure."""
+
+    event: str
+    aggregation: PartAggregation
+
+
+class RatioPartOut(ApiOut):
+    event: str
+    aggregation: str
 
 
 class Capping(ApiIn):
@@ -27,9 +41,16 @@ class CappingOut(ApiOut):
 
 
 class MetricCreate(ApiIn):
+    """``ratio``: the ratio of two per-unit aggregates over all exposed units (revenue per order:
+    ``numerator`` the sum of ``purchase``, ``denominator`` the count of ``order``), analysed with
+    the delta method; ``event`` is then the numerator's (give it or leave it out). ``mean`` is the
+    ratio of one event's sum of value to its count."""
+
     name: str
-    event: str
     aggregation: Aggregation
+    event: str | None = None  # every aggregation but ratio: the event the metric reads
+    numerator: RatioPart | None = None  # ratio only
+    denominator: RatioPart | None = None  # ratio only
     direction: Direction = "higher"
     format: str = ""
     key: str | None = None
@@ -61,6 +82,8 @@ class Metric(ApiOut):
     description: str
     capping: CappingOut | None
     currency: str | None
+    numerator: RatioPartOut | None  # ratio metrics only
+    denominator: RatioPartOut | None  # ratio metrics only
     version: int
     created_at: datetime
     updated_at: datetime

@@ -15,6 +15,7 @@ from control_plane.domain import validation as v
 from control_plane.domain.common import Scope
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.results.subject import CAPPED
 from control_plane.domain.rows import find_metric
 from control_plane.errors import conflict, not_found
 from shared.wire.currencies import ISO_4217
@@ -26,6 +27,7 @@ def metric_out(row: Metric) -> s.Metric:
         if row.capping is not None and row.capping_value is not None
         else None
     )
+    ratio = row.aggregation == "ratio" and row.denominator_event is not None
     return s.Metric(
         id=row.id,
         key=row.key,
@@ -37,20 +39,29 @@ def metric_out(row: Metric) -> s.Metric:
         description=row.description,
         capping=capping,
         currency=row.currency,
+        numerator=s.RatioPartOut(event=row.event, aggregation=row.numerator or "sum")
+        if ratio
+        else None,
+        denominator=s.RatioPartOut(
+            event=row.denominator_event or "", aggregation=row.denominator or "count"
+        )
+        if ratio
+        else None,
         version=row.version,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
-CAPPED_AGGREGATIONS = ("sum", "mean")
-
-
-def check_currency(problems: v.Problems, aggregation: str, currency: str | None) -> None:
+def check_currency(
+    problems: v.Problems, aggregation: str, currency: str | None, *, reads_value: bool = True
+) -> None:
+    """``reads_value``: a ratio with a side summing value (only those sides' events are then
+    in the currency)."""
     if currency is None:
         return
-    if aggregation not in CAPPED_AGGREGATIONS:
-        problems.add("currency", "only sum and mean metrics read value, and so a currency")
+    if aggregation not in CAPPED or not reads_value:
+        problems.add("currency", "only sum, mean and ratio metrics summing value read a currency")
     elif currency not in ISO_4217:
         problems.add("currency", "an ISO 4217 code in capitals, e.g. EUR or USD")
 
@@ -58,8 +69,12 @@ def check_currency(problems: v.Problems, aggregation: str, currency: str | None)
 def check_capping(problems: v.Problems, aggregation: str, capping: s.Capping | None) -> None:
     if capping is None:
         return
-    if aggregation not in CAPPED_AGGREGATIONS:
-        problems.add("capping", "only sum and mean metrics are capped (a unit's sum of value)")
+    if aggregation not in CAPPED:
+        problems.add(
+            "capping",
+            "only sum, mean and ratio metrics are capped (a unit's sum of value, or a ratio's "
+            "numerator)",
+        )
     elif capping.type == "absolute" and not (0 < capping.value < math.inf):
         problems.add("capping.value", "an absolute cap is a positive amount in the metric's units")
     elif capping.type == "percentile" and not (0 < capping.value < 1):
@@ -89,17 +104,57 @@ async def list_metrics(
     )
 
 
+EVENT_NAME = "the event name the metric reads: 1 to 200 characters"
+
+
+def _check_event(problems: v.Problems, field: str, event: str) -> None:
+    if not event.strip() or len(event) > 200:
+        problems.add(field, EVENT_NAME)
+
+
+def _metric_event(problems: v.Problems, body: s.MetricCreate) -> str:
+    """The event a metric reads (a ratio's numerator's), its parts checked."""
+    if body.aggregation != "ratio":
+        for side in ("numerator", "denominator"):
+            if getattr(body, side) is not None:
+                problems.add(side, "only ratio metrics have a numerator and a denominator")
+        if body.event is None:
+            problems.add("event", EVENT_NAME)
+            return ""
+        _check_event(problems, "event", body.event)
+        return body.event
+    for side in ("numerator", "denominator"):
+        part = getattr(body, side)
+        if part is None:
+            problems.add(side, f"a ratio metric's {side}: {{event, aggregation: sum | count}}")
+        else:
+            _check_event(problems, f"{side}.event", part.event)
+    if body.numerator is None:
+        return body.event or ""
+    if body.event is not None and body.event != body.numerator.event:
+        problems.add("event", "a ratio metric's event is its numerator's: give one or the same")
+    return body.numerator.event
+
+
+def _reads_value(body: s.MetricCreate) -> bool:
+    if body.aggregation != "ratio":
+        return True
+    return any(
+        part is not None and part.aggregation == "sum"
+        for part in (body.numerator, body.denominator)
+    )
+
+
 async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
     problems = v.Problems()
     v.check_name(problems, "name", body.name)
-    if not body.event.strip() or len(body.event) > 200:
-        problems.add("event", "the event name the metric reads: 1 to 200 characters")
+    event = _metric_event(problems, body)
     if body.key is not None:
         v.check_key(problems, "key", body.key)
     if len(body.format) > 32:
         problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
     check_capping(problems, body.aggregation, body.capping)
-    check_currency(problems, body.aggregation, body.currency)
+    check_currency(problems, body.aggregation, body.currency, reads_value=_reads_value(body))
     problems.raise_if_any()
     key = body.key or await v.unique_key(scope, Metric, v.slugify(body.name))
     now = utcnow()
@@ -108,8 +163,11 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
         project_id=scope.project_id,
         key=key,
         name=body.name,
-        event=body.event,
+        event=event,
         aggregation=body.aggregation,
+        numerator=body.numerator.aggregation if body.numerator else None,
+        denominator_event=body.denominator.event if body.denominator else None,
+        denominator=body.denominator.aggregation if body.denominator else None,
         direction=body.direction,
         format=body.format,
         description=body.description,
@@ -145,7 +203,8 @@ async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.
     if not isinstance(body.capping, msgspec.UnsetType):
         check_capping(problems, row.aggregation, body.capping)
     if not isinstance(body.currency, msgspec.UnsetType):
-        check_currency(problems, row.aggregation, body.currency)
+        reads = row.aggregation != "ratio" or "sum" in (row.numerator, row.denominator)
+        check_currency(problems, row.aggregation, body.currency, reads_value=reads)
     problems.raise_if_any()
     before = metric_out(row)
     for name in ("name", "direction", "format", "description"):

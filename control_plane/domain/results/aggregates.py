@@ -77,23 +77,45 @@ class ArmAggregate:
 
 @dataclass(frozen=True, slots=True)
 class Shift:
-    """The values a metric's sums are taken about (one unit's y, z and x)."""
+    """The values a metric's sums are taken about (one unit's y, z, x and w)."""
 
     y: float = 0.0
     z: float = 0.0
     x: float = 0.0
+    w: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     key: str
     event: str
-    aggregation: str  # conversion | count | sum | mean
-    cap: float | None = None  # sum and mean: each unit's y (and CUPED x) is at most this
-    # sum and mean: cap at this percentile of the pooled units, resolved by ``arm_moments``
+    aggregation: str  # conversion | count | sum | mean | ratio
+    cap: float | None = None  # sum, mean, ratio: each unit's y (and CUPED x) is at most this
+    # sum, mean, ratio: cap at this percentile of the pooled units, resolved by ``arm_moments``
     percentile: float | None = None
-    currency: str | None = None  # sum and mean: only events in this currency count
+    currency: str | None = None  # only events in this currency count in the parts summing value
     shift: Shift | None = None  # resolved by ``with_shifts`` (``arm_moments`` calls it)
+    numerator: str = "sum"  # ratio: sum | count of ``event`` per unit
+    denominator: tuple[str, str] | None = None  # ratio: (event, sum | count) per unit
+
+    @property
+    def parts(self) -> tuple[tuple[str, str], tuple[str, str] | None]:
+        """(event, aggregation) of the per-unit y and of the ratio's z (``None``: no ratio).
+        A ``mean`` is the ratio of its event's sum of value to its count."""
+        if self.aggregation == "mean":
+            return (self.event, "sum"), (self.event, "count")
+        if self.aggregation == "ratio" and self.denominator is not None:
+            return (self.event, self.numerator), self.denominator
+        return (self.event, self.aggregation), None
+
+    @property
+    def is_ratio(self) -> bool:
+        return self.parts[1] is not None
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        y, z = self.parts
+        return tuple(sorted({y[0]} | ({z[0]} if z is not None else set())))
 
 
 def capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
@@ -104,7 +126,34 @@ def capped(value: ColumnElement[Any], cap: float | None) -> ColumnElement[Any]:
     return case((value > bound, bound), else_=value)
 
 
-_SUMS = ("sm", "sc", "sy", "syy", "sz", "szz", "syz", "sx", "sxx", "sxy")
+_SUMS: tuple[str, ...] = ("sm", "sc", "sy", "syy", "sz", "szz", "syz", "sx", "sxx", "sxy")
+_SUMS += ("sw", "sww", "sxw", "syw", "szx", "szw")
+# the sums of the products of the per-unit values, about their shifts, by column prefix
+_PRODUCTS = {
+    "syy": ("y", "y"),
+    "szz": ("z", "z"),
+    "syz": ("y", "z"),
+    "sxx": ("x", "x"),
+    "sxy": ("x", "y"),
+    "sww": ("w", "w"),
+    "sxw": ("x", "w"),
+    "syw": ("y", "w"),
+    "szx": ("z", "x"),
+    "szw": ("z", "w"),
+}
+_MOMENT_OF = {"sy": "sum_y", "sz": "sum_z", "sx": "sum_x", "sw": "sum_w"}
+_MOMENT_OF |= {
+    "syy": "sum_y2",
+    "szz": "sum_z2",
+    "syz": "sum_yz",
+    "sxx": "sum_x2",
+    "sxy": "sum_xy",
+    "sww": "sum_w2",
+    "sxw": "sum_xw",
+    "syw": "sum_yw",
+    "szx": "sum_zx",
+    "szw": "sum_zw",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +162,13 @@ class _Shape:
     has_z: bool
     has_x: bool
     shift: Shift = Shift()
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The per-unit values the metric's query returns: y; z for a ratio; x for CUPED; and
+        w, the ratio's CUPED denominator."""
+        out = ("y", "z") if self.has_z else ("y",)
+        return out + tuple("x" + v[1:] if v == "y" else "w" for v in out) if self.has_x else out
 
 
 _ALWAYS = true()  # passed by identity: "no condition"
@@ -124,15 +180,23 @@ def value_sum(dialect: str, values: ColumnElement[Any]) -> ColumnElement[Any]:
     return func.total(values) if dialect == "sqlite" else func.sum(values)
 
 
-def _per_unit(
-    metric: MetricSpec, during: ColumnElement[bool], only_event: bool, dialect: str
-) -> tuple[ColumnElement[float], ColumnElement[float] | None, ColumnElement[float]]:
-    """(y, z, converted) per unit for ``metric`` over the joined events where ``during`` holds;
-    ``only_event``: every joined event has the metric's name (no per-row name test)."""
-    matches = during if only_event else and_(Event.event == metric.event, during)
-    if metric.currency is not None:  # events in another currency, or none, are left out
+def _part(
+    metric: MetricSpec,
+    part: tuple[str, str],
+    during: ColumnElement[bool],
+    only_event: bool,
+    dialect: str,
+) -> tuple[ColumnElement[float], ColumnElement[float]]:
+    """(value, converted) per unit of one part of ``metric`` (its ``(event, aggregation)``) over
+    the joined events where ``during`` holds; ``only_event``: every joined event has the part's
+    name (no per-row name test)."""
+    event, aggregation = part
+    matches = during if only_event else and_(Event.event == event, during)
+    # a currency leaves out events in another one (or none) where value is read: in parts
+    # summing value, and in both parts of a mean (a mean of EUR orders counts EUR orders)
+    if metric.currency is not None and (aggregation == "sum" or metric.aggregation == "mean"):
         matches = and_(matches, Event.currency == metric.currency)
-    if only_event and during is _ALWAYS and metric.currency is None:  # no CASE per row
+    if matches is _ALWAYS:  # every joined event counts: no CASE per row
         count: ColumnElement[Any] = func.count()
         total: ColumnElement[Any] = value_sum(dialect, func.coalesce(Event.value, 0))
         converted: ColumnElement[Any] = func.max(1)
@@ -140,9 +204,20 @@ def _per_unit(
         count = func.sum(case((matches, 1), else_=0))
         total = value_sum(dialect, case((matches, func.coalesce(Event.value, 0)), else_=0))
         converted = func.max(case((matches, 1), else_=0))
-    y = {"conversion": converted, "count": count}.get(metric.aggregation, total)
-    z = cast(count, Float) if metric.aggregation == "mean" else None  # mean: ratio of sums
-    return cast(y, Float), z, cast(converted, Float)
+    value = {"conversion": converted, "count": count}.get(aggregation, total)
+    return cast(value, Float), cast(converted, Float)
+
+
+def _per_unit(
+    metric: MetricSpec, during: ColumnElement[bool], only_event: bool, dialect: str
+) -> tuple[ColumnElement[float], ColumnElement[float] | None, ColumnElement[float]]:
+    """(y, z, converted) per unit for ``metric`` over the joined events where ``during`` holds:
+    z is a ratio's denominator (``None`` for other metrics), and a unit converted when it has an
+    event of y's part."""
+    y_part, z_part = metric.parts
+    y, converted = _part(metric, y_part, during, only_event, dialect)
+    z = None if z_part is None else _part(metric, z_part, during, only_event, dialect)[0]
+    return y, z, converted
 
 
 def _unit_rows(
@@ -160,7 +235,7 @@ def _unit_rows(
     after = Event.ts >= Exposure.exposed_at if cuped else _ALWAYS
     before = and_(Event.ts < Exposure.exposed_at, Event.ts >= Exposure.exposed_at - CUPED_WINDOW_MS)
     window_start = Exposure.exposed_at - CUPED_WINDOW_MS if cuped else Exposure.exposed_at
-    names = sorted({m.event for m in metrics})
+    names = sorted({event for m in metrics for event in m.events})
     columns: list[ColumnElement[Any]] = []
     shapes: list[_Shape] = []
     for index, metric in enumerate(metrics):
@@ -170,8 +245,10 @@ def _unit_rows(
         if z is not None:
             columns.append(z.label(f"z{index}"))
         if cuped:
-            x, _, _ = _per_unit(metric, before, len(names) == 1, dialect)
+            x, w, _ = _per_unit(metric, before, len(names) == 1, dialect)
             columns.append(capped(x, metric.cap).label(f"x{index}"))
+            if w is not None:
+                columns.append(w.label(f"w{index}"))
         shapes.append(_Shape(metric.key, z is not None, cuped, metric.shift or Shift()))
     joined = and_(
         Event.project_id == Exposure.project_id,
@@ -240,29 +317,22 @@ def _about(value: ColumnElement[Any], shift: float) -> ColumnElement[Any]:
 
 
 def _sum_columns(per_unit: Any, shapes: Sequence[_Shape]) -> list[ColumnElement[Any]]:
+    """Per metric: the joined units, their conversions, and the sum of each of its per-unit
+    values and of each product of two of them, about the metric's shifts."""
     sums: list[ColumnElement[Any]] = []
     for index, shape in enumerate(shapes):
-        y = _about(per_unit.c[f"y{index}"], shape.shift.y)
+        variables = shape.variables
+        about = {v: _about(per_unit.c[f"{v}{index}"], getattr(shape.shift, v)) for v in variables}
         sums += [
             cast(func.count(), Float).label(f"sm{index}"),
             func.sum(per_unit.c[f"c{index}"]).label(f"sc{index}"),
-            func.sum(y).label(f"sy{index}"),
-            func.sum(y * y).label(f"syy{index}"),
         ]
-        if shape.has_z:
-            z = _about(per_unit.c[f"z{index}"], shape.shift.z)
-            sums += [
-                func.sum(z).label(f"sz{index}"),
-                func.sum(z * z).label(f"szz{index}"),
-                func.sum(y * z).label(f"syz{index}"),
-            ]
-        if shape.has_x:
-            x = _about(per_unit.c[f"x{index}"], shape.shift.x)
-            sums += [
-                func.sum(x).label(f"sx{index}"),
-                func.sum(x * x).label(f"sxx{index}"),
-                func.sum(x * y).label(f"sxy{index}"),
-            ]
+        sums += [func.sum(about[v]).label(f"s{v}{index}") for v in variables]
+        sums += [
+            func.sum(about[a] * about[b]).label(f"{name}{index}")
+            for name, (a, b) in _PRODUCTS.items()
+            if a in about and b in about
+        ]
     return sums
 
 
@@ -411,7 +481,7 @@ async def arm_moments(
         unit_rows, shapes = _unit_rows(project_id, kind, subject, metrics, cuped, "sqlite")
         result = await session.execute(_arm_sums(unit_rows, shapes))
         sums = {row["arm"]: dict(row) for row in result.mappings()}
-    shapes = [_Shape(m.key, m.aggregation == "mean", cuped, m.shift or Shift()) for m in metrics]
+    shapes = [_Shape(m.key, m.is_ratio, cuped, m.shift or Shift()) for m in metrics]
     return _aggregates(counts, sums, shapes)
 
 
@@ -434,11 +504,25 @@ async def with_shifts(
         if metric.shift is None and metric.aggregation != "conversion":
             rows, _ = _unit_rows(project_id, kind, subject, [metric], cuped, dialect)
             first = (await session.execute(rows.limit(1))).mappings().first()
-            values = [float(first.get(name) or 0.0) for name in ("y0", "z0", "x0")] if first else []
+            names = ("y0", "z0", "x0", "w0")
+            values = [float(first.get(name) or 0.0) for name in names] if first else []
             shift = Shift(*values) if all(map(math.isfinite, values)) else Shift()
             metric = replace(metric, shift=shift)
         resolved.append(replace(metric, shift=metric.shift or Shift()))
     return resolved
+
+
+def _by_events(metrics: Sequence[MetricSpec]) -> list[list[MetricSpec]]:
+    """The metrics in groups that read no event in common, one query each: a ratio of two
+    events joins the group of each (its events' rows are then read once, not once per query)."""
+    groups: list[tuple[set[str], list[MetricSpec]]] = []
+    for metric in metrics:
+        events = set(metric.events)
+        sharing = [g for g in groups if g[0] & events]
+        merged = (events.union(*(g[0] for g in sharing)), [m for g in sharing for m in g[1]])
+        merged[1].append(metric)
+        groups = [g for g in groups if not g[0] & events] + [merged]
+    return [group for _, group in groups]
 
 
 async def _postgres_sums(
@@ -465,10 +549,8 @@ async def _postgres_sums(
         return None
     estimated = math.ceil((sampled.estimated or 0.0) * _ESTIMATE_MARGIN)
     fetched = {key: _largest_count(p, estimated) + _ESTIMATE_SLACK for key, p in deferred.items()}
-    by_event: dict[str, list[MetricSpec]] = {}
-    for metric in metrics:
-        by_event.setdefault(metric.event, []).append(metric)
-    work = [(group, units) for group in by_event.values() for units in sampled.ranges]
+    by_event = _by_events(metrics)
+    work = [(group, units) for group in by_event for units in sampled.ranges]
 
     def statement(group: list[MetricSpec], units: tuple[str | None, str | None]) -> Any:
         rows, shapes = _unit_rows(project_id, kind, subject, group, cuped, "postgresql", units)
@@ -531,34 +613,18 @@ def _aggregates(
     for arm, exposed in counts.items():
         row = sums.get(arm, {})
         for index, shape in enumerate(shapes):
-
-            def get(name: str, row: Mapping[str, Any] = row, index: int = index) -> float:
-                return float(row.get(f"{name}{index}") or 0.0)
-
-            joined = int(get("sm"))
-            shift = shape.shift
+            joined = int(row.get(f"sm{index}") or 0)
+            variables = shape.variables
+            shifts = {f"shift_{v}": getattr(shape.shift, v) for v in variables}
+            moments = {
+                field: float(row.get(f"{column}{index}") or 0.0)
+                for column, field in _MOMENT_OF.items()
+                if all(v in variables for v in _PRODUCTS.get(column, (column[1],)))
+            }
             aggregates[shape.key][arm] = ArmAggregate(
-                converted=int(get("sc")),
-                moments=Moments(
-                    n=joined,
-                    sum_y=get("sy"),
-                    sum_y2=get("syy"),
-                    sum_z=get("sz") if shape.has_z else 0.0,
-                    sum_z2=get("szz") if shape.has_z else 0.0,
-                    sum_yz=get("syz") if shape.has_z else 0.0,
-                    sum_x=get("sx") if shape.has_x else 0.0,
-                    sum_x2=get("sxx") if shape.has_x else 0.0,
-                    sum_xy=get("sxy") if shape.has_x else 0.0,
-                    shift_y=shift.y,
-                    shift_z=shift.z if shape.has_z else 0.0,
-                    shift_x=shift.x if shape.has_x else 0.0,
-                )
-                + Moments.zeros(
-                    max(exposed - joined, 0),  # a unit exposed while the sums ran
-                    shift.y,
-                    shift.z if shape.has_z else 0.0,
-                    shift.x if shape.has_x else 0.0,
-                ),
+                converted=int(row.get(f"sc{index}") or 0),
+                moments=Moments(n=joined, **moments, **shifts)
+                + Moments.zeros(max(exposed - joined, 0), **shifts),  # a unit exposed meanwhile
             )
     return aggregates
 

@@ -46,3 +46,8 @@ async def cached(session: AsyncSession, key: Hashable, compute: Callable[[], Awa
     while len(entries) > ENTRIES:
         entries.popitem(last=False)
     return value
+
+
+def clear() -> None:
+    """Forget every value (a benchmark times the computation, not a repeat view)."""
+    _by_engine.clear()

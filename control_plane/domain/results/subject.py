@@ -36,7 +36,8 @@ from control_plane.domain.results.aggregates import (
 from control_plane.domain.results.cache import cached
 
 ALPHA = 0.05
-CAPPED = ("sum", "mean")
+CAPPED = ("sum", "mean", "ratio")
+RATIOS = ("mean", "ratio")
 DEFAULT_TARGET_EFFECT = 0.05  # relative: the effect whose sample size the results estimate
 EMPTY = ArmAggregate(Moments(0, 0.0, 0.0), 0)
 _MEANINGS = {
@@ -46,7 +47,11 @@ _MEANINGS = {
     "(= unitsWithEvents) counts exposed units with at least one",
     "mean": "rate is the mean value per '{event}' event (a ratio of sums); conversions "
     "(= unitsWithEvents) counts exposed units with at least one",
+    "ratio": "rate is the {numerator} of '{event}' over the {denominator} of '{denominator_event}' "
+    "(a ratio of sums over the exposed units); conversions (= unitsWithEvents) counts exposed "
+    "units with at least one '{event}' event",
 }
+_OF = {"sum": "sum of value", "count": "count"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +64,10 @@ class MetricDef:
     format: str = ""
     capping: str | None = None  # absolute | percentile
     capping_value: float | None = None
-    currency: str | None = None  # sum and mean: only events in this currency
+    currency: str | None = None  # sum, mean, ratio: only events in this currency (summed)
+    numerator: str | None = None  # ratio: sum | count of ``event``
+    denominator_event: str | None = None  # ratio
+    denominator: str | None = None  # ratio: sum | count of ``denominator_event``
 
     @classmethod
     def of(cls, row: Metric) -> MetricDef:
@@ -73,6 +81,22 @@ class MetricDef:
             row.capping,
             row.capping_value,
             row.currency,
+            row.numerator,
+            row.denominator_event,
+            row.denominator,
+        )
+
+    @property
+    def is_ratio(self) -> bool:
+        """Analysed as a ratio of sums with the delta method (``mean`` and ``ratio``)."""
+        return self.aggregation in RATIOS
+
+    def meaning(self) -> str:
+        return _MEANINGS[self.aggregation].format(
+            event=self.event,
+            numerator=_OF.get(self.numerator or "sum"),
+            denominator=_OF.get(self.denominator or "count"),
+            denominator_event=self.denominator_event,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -89,6 +113,15 @@ class MetricDef:
                 else None
             ),
             "currency": self.currency,
+            "numerator": {"event": self.event, "aggregation": self.numerator or "sum"}
+            if self.aggregation == "ratio"
+            else None,
+            "denominator": {
+                "event": self.denominator_event,
+                "aggregation": self.denominator or "count",
+            }
+            if self.aggregation == "ratio"
+            else None,
         }
 
 
@@ -106,6 +139,10 @@ def metric_specs(metrics: Sequence[MetricDef]) -> list[MetricSpec]:
                 cap=m.capping_value if capped and m.capping == "absolute" else None,
                 percentile=m.capping_value if capped and m.capping == "percentile" else None,
                 currency=m.currency if m.aggregation in CAPPED else None,
+                numerator=m.numerator or "sum",
+                denominator=(m.denominator_event, m.denominator or "count")
+                if m.aggregation == "ratio" and m.denominator_event is not None
+                else None,
             )
         )
     return specs
@@ -245,7 +282,7 @@ async def analyse_subject(
             by_arm.get(control, EMPTY).moments,
             {arm: by_arm.get(arm, EMPTY).moments for arm in arms if arm != control},
             engine=engine,  # type: ignore[arg-type]
-            ratio=metric.aggregation == "mean",
+            ratio=metric.is_ratio,
             alpha=ALPHA,
             cuped=cuped,
             direction=metric.direction,  # type: ignore[arg-type]
@@ -275,7 +312,7 @@ async def analyse_subject(
             )
         notes = list(result.notes)
         if metric.aggregation != "conversion":
-            notes.append(_MEANINGS[metric.aggregation].format(event=metric.event))
+            notes.append(metric.meaning())
         blocks[metric.key] = {
             "metric": metric.describe(),
             "ratio": result.ratio,

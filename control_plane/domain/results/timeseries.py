@@ -9,8 +9,9 @@ value y_d and its previous value y_{d-1} = y_d - Δy, and every sufficient stati
 (likewise y, z, z², yz, with capping applied to the running value: min(y_d, cap)), about the
 same shift k as the results (see :func:`~control_plane.domain.results.aggregates.with_shifts`;
 written as a product so that large values do not cancel). So the query
-returns per arm and day the increments of n (exposures that day), Σy, Σy², Σz, Σz², Σyz and the
-units converting that day; Python adds them up day by day and runs the experiment's engine on
+returns per arm and day the increments of n (units joining the sums that day), Σy, Σy², Σz, Σz²,
+Σyz and the units converting that day (their first event of y's part: a ratio of two events
+joins a unit on its first event of either); Python adds them up day by day and runs the experiment's engine on
 each day's cumulative moments (a sequential engine carrying its running p-value and intersected
 sequences from day to day). No point re-scans the data. CUPED is not applied here.
 """
@@ -40,7 +41,7 @@ from control_plane.domain.results.aggregates import (
 )
 
 DAY_MS = 24 * 3600 * 1000
-_SUMS = ("conv", "sy", "syy", "sz", "szz", "syz")
+_SUMS = ("joined", "conv", "sy", "syy", "sz", "szz", "syz")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class DayIncrement:
     exposed: int
     conversions: int
     # the change to the moments of the units with events: n is the units joining that day
-    # (``conversions``); the exposed units without events yet are zeros, counted apart
+    # (their first events); the exposed units without events yet are zeros, counted apart
     moments: Moments
 
 
@@ -63,13 +64,36 @@ def _increments_query(
     shift = metric.shift or Shift()
     day = (Event.ts // DAY_MS).label("day")
     where = exposed_units(project_id, kind, subject, units)
+    y_part, z_part = metric.parts
+    if z_part is None or metric.aggregation == "mean":
+        # one event, every joined one counting: no test per row (a mean's currency, or a sum's,
+        # holds for all its events and joins with them)
+        joined = [Event.event == metric.event]
+        if metric.currency is not None:
+            joined.append(Event.currency == metric.currency)
+        count: ColumnElement[Any] = func.count()
+        dy = value_sum(dialect, func.coalesce(Event.value, 0)) if y_part[1] == "sum" else count
+        dz = dn = count
+    else:  # a ratio of two parts, of one event or two: a test per row and part
+
+        def part(event: str, aggregation: str) -> ColumnElement[Any]:
+            test = Event.event == event
+            if metric.currency is not None and aggregation == "sum":
+                test = and_(test, Event.currency == metric.currency)
+            value = func.coalesce(Event.value, 0) if aggregation == "sum" else literal(1)
+            return value_sum(dialect, case((test, value), else_=0))
+
+        joined = [Event.event.in_(metric.events)]
+        dy, dz = part(*y_part), part(*z_part)
+        dn = part(y_part[0], "count")
     unit_days = (
         select(
             Exposure.unit.label("unit"),
             func.min(Exposure.arm).label("arm"),
             day,
-            cast(value_sum(dialect, func.coalesce(Event.value, 0)), Float).label("dy"),
-            cast(func.count(), Float).label("dz"),
+            cast(dy, Float).label("dy"),
+            cast(dz, Float).label("dz"),
+            cast(dn, Float).label("dn"),  # y's events: a unit converts on its first day of them
         )
         .select_from(Exposure)
         .join(
@@ -77,9 +101,8 @@ def _increments_query(
             and_(
                 Event.project_id == Exposure.project_id,
                 Event.unit == Exposure.unit,
-                Event.event == metric.event,
+                *joined,
                 Event.ts >= Exposure.exposed_at,
-                *([Event.currency == metric.currency] if metric.currency is not None else []),
             ),
         )
         .where(where)
@@ -92,24 +115,26 @@ def _increments_query(
         unit_days.c.day,
         unit_days.c.dy,
         unit_days.c.dz,
+        unit_days.c.dn,
         func.sum(unit_days.c.dy).over(partition_by=unit, order_by=by_day).label("y"),
         func.sum(unit_days.c.dz).over(partition_by=unit, order_by=by_day).label("z"),
+        func.sum(unit_days.c.dn).over(partition_by=unit, order_by=by_day).label("yn"),
         func.row_number().over(partition_by=unit, order_by=by_day).label("k"),
     ).subquery()
     joins = running.c.k == 1  # the unit's first day with events: it joins the sums
     first = case((joins, 1.0), else_=0.0)
     z_now = cast(running.c.z, Float)
     z_before = z_now - running.c.dz
+    # a unit converts on the day its first event of y's part comes (for one event: it joins)
+    converts = case((and_(running.c.yn > 0, running.c.yn == running.c.dn), 1.0), else_=0.0)
     if metric.aggregation == "conversion":
         y_now: ColumnElement[Any] = first
         y_before: ColumnElement[Any] | None = None
-    elif metric.aggregation == "count":
-        y_now, y_before = z_now, z_before
     else:
         y_sum = cast(running.c.y, Float)
         y_now = capped(y_sum, metric.cap)
         y_before = capped(y_sum - running.c.dy, metric.cap)
-    columns = [func.sum(first).label("conv")]
+    columns = [func.sum(first).label("joined"), func.sum(converts).label("conv")]
     if y_before is None:  # 0/1 about 0: y² = y and y_{d-1} = 0 on the day it turns 1
         columns += [func.sum(y_now).label("sy"), func.sum(y_now).label("syy")]
     else:
@@ -123,23 +148,23 @@ def _increments_query(
                 )
             ).label("syy"),
         ]
-    if metric.aggregation == "mean":
+    if metric.is_ratio:
         assert y_before is not None
         kz = literal(shift.z, Float)
-        dz = running.c.dz
+        dz_day = running.c.dz
         columns += [
-            func.sum(case((joins, z_now - kz), else_=dz)).label("sz"),
+            func.sum(case((joins, z_now - kz), else_=dz_day)).label("sz"),
             func.sum(
                 case(
                     (joins, (z_now - kz) * (z_now - kz)),
-                    else_=dz * (z_now + z_before - 2 * kz),
+                    else_=dz_day * (z_now + z_before - 2 * kz),
                 )
             ).label("szz"),
             # (y-k)(z-k_z) - (y'-k)(z'-k_z) = Δy (z-k_z) + (y'-k) Δz
             func.sum(
                 case(
                     (joins, (y_now - ky) * (z_now - kz)),
-                    else_=(y_now - y_before) * (z_now - kz) + (y_before - ky) * dz,
+                    else_=(y_now - y_before) * (z_now - kz) + (y_before - ky) * dz_day,
                 )
             ).label("syz"),
         ]
@@ -152,7 +177,7 @@ async def day_increments(
     """``{day number (UTC days since the epoch): {arm: increments}}``."""
     (metric,) = await with_shifts(session, project_id, kind, subject, [metric], cuped=False)
     shift = metric.shift or Shift()
-    if metric.aggregation != "mean":
+    if not metric.is_ratio:
         shift = Shift(shift.y)
     bind = session.bind
     dialect = bind.dialect.name if bind is not None else "sqlite"
@@ -195,7 +220,7 @@ async def day_increments(
             exposed=exposed.get((day, arm), 0),
             conversions=int(get("conv")),
             moments=Moments(
-                int(get("conv")),
+                int(get("joined")),
                 get("sy"),
                 get("syy"),
                 get("sz"),
