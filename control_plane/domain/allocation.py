@@ -60,7 +60,7 @@ async def running_holdouts(session: AsyncSession, project_id: str) -> list[Holdo
 async def layer_keys(session: AsyncSession, project_id: str) -> dict[str, str]:
     """The project's layers: key by id."""
     found = await session.execute(select(Layer.id, Layer.key).where(Layer.project_id == project_id))
-    return dict(found)
+    return {str(row[0]): str(row[1]) for row in found}
 
 
 async def snapshots(
