@@ -39,6 +39,7 @@ from control_plane.domain.flags.controllers import FlagController
 from control_plane.domain.flags.services import apply_scheduled
 from control_plane.domain.keys.controllers import KeyController
 from control_plane.domain.keys.services import revoke_key
+from control_plane.domain.layers.controllers import HoldoutController, LayerController
 from control_plane.domain.metrics.controllers import FlagMetricController, MetricController
 from control_plane.domain.schedules.controllers import ScheduleController
 from control_plane.domain.schedules.runner import ScheduleRunner
@@ -71,6 +72,8 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     MetricController,
     FlagMetricController,
     ExperimentController,
+    LayerController,
+    HoldoutController,
     ScheduleController,
     WebhookController,
     relay_stream,

@@ -303,11 +303,63 @@ class Experiment(Base):
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # a layer's experiments share its units (migration 0013): ``traffic`` is the share of the
+    # layer's buckets it takes (out of 100000), [range_start, range_end) the ones it took when it
+    # started (kept after it stops, for a restart; only running experiments hold them)
+    layer_id: Mapped[str | None] = mapped_column(
+        ForeignKey("layers.id", ondelete="RESTRICT"), nullable=True
+    )
+    traffic: Mapped[int] = mapped_column(Integer, default=100_000, server_default="100000")
+    range_start: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    range_end: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Layer(Base):
+    """Experiments that must not share units: each running one holds its own range of the
+    layer's buckets (``shared.engine.experiments.place``)."""
+
+    __tablename__ = "layers"
+    __table_args__ = (UniqueConstraint("project_id", "key"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Holdout(Base):
+    """A share of units kept out of every experiment of the project (or of one layer), to
+    measure the combined effect of what was launched on ``metric_ids``."""
+
+    __tablename__ = "holdouts"
+    __table_args__ = (UniqueConstraint("project_id", "key"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
+    share: Mapped[int] = mapped_column(Integer)  # out of 100000
+    layer_id: Mapped[str | None] = mapped_column(
+        ForeignKey("layers.id", ondelete="RESTRICT"), nullable=True
+    )
+    metric_ids: Mapped[list[str]] = mapped_column(Json, default=list)
+    status: Mapped[str] = mapped_column(String(16))  # running | stopped
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Exposure(Base):
-    """A unit's first exposure to an experiment (``kind`` experiment, ``subject`` its id) or to a
-    flag (``kind`` flag, ``subject`` the flag key, ``arm`` the variation index). First one wins."""
+    """A unit's first exposure to an experiment (``kind`` experiment, ``subject`` its id), to a
+    flag (``kind`` flag, ``subject`` the flag key, ``arm`` the variation index) or to a holdout
+    (``kind`` holdout, ``subject`` its id, ``arm`` holdout or general). First one wins."""
 
     __tablename__ = "exposures"
     __table_args__ = (

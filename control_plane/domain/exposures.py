@@ -1,4 +1,4 @@
-"""First exposures: one row per (experiment or flag, unit); the first one recorded wins.
+"""First exposures: one row per (experiment, flag or holdout, unit); the first one recorded wins.
 
 A base of the domains (beside ``common`` and ``validation``): the event ingest records the
 exposures that events claim, the experiments record those their assign endpoint makes, and
@@ -16,21 +16,29 @@ unit's first exposure or count it twice.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from control_plane.db.models import Experiment, Exposure, Flag
-from shared.engine.experiments import exposure_claim_problem, flag_exposure_claim_problem
+from control_plane.db.models import Experiment, Exposure, Flag, Holdout
+from control_plane.domain import allocation
+from shared.engine.experiments import (
+    GENERAL,
+    HOLDOUT,
+    exposure_claim_problem,
+    flag_exposure_claim_problem,
+)
 from shared.wire.events import EXPERIMENT_EXPOSURE, FLAG_EXPOSURE, EventIn
+from shared.wire.snapshot import ExperimentSnapshot, HoldoutSnapshot
 
 
 @dataclass(frozen=True, slots=True)
 class FirstExposure:
-    kind: str  # experiment | flag
-    subject: str  # experiment id | flag key
+    kind: str  # experiment | flag | holdout
+    subject: str  # experiment id | flag key | holdout id
     unit: str
     arm: str
     exposed_at: int
@@ -64,20 +72,29 @@ async def record(session: AsyncSession, project_id: str, exposures: Sequence[Fir
 
 @dataclass(slots=True)
 class Claims:
-    """What exposure events in a batch refer to, loaded once: the experiments (by key) and flags
-    they name. ``check`` decides, per event, whether it is an exposure Vane records."""
+    """What exposure events in a batch refer to, loaded once: the experiments (by key, with the
+    snapshots of the running ones), holdouts and flags they name. ``check`` decides, per event,
+    whether it is an exposure Vane records.
+
+    An exposure to a holdout is an ``$exposure`` whose props name ``holdout`` and ``group``
+    (holdout or general) instead of an experiment and variant."""
 
     experiments: dict[str, Experiment]
     flags: dict[str, Collection[int]]
+    running: dict[str, ExperimentSnapshot] = field(default_factory=dict)
+    holdouts: dict[str, Holdout] = field(default_factory=dict)
 
     @classmethod
     async def load(cls, session: AsyncSession, project_id: str, items: Sequence[EventIn]) -> Claims:
         experiment_keys: set[str] = set()
+        holdout_keys: set[str] = set()
         flag_keys: set[str] = set()
         for item in items:
             props = item.props or {}
             if item.event == EXPERIMENT_EXPOSURE and isinstance(props.get("experiment"), str):
                 experiment_keys.add(props["experiment"])
+            elif item.event == EXPERIMENT_EXPOSURE and isinstance(props.get("holdout"), str):
+                holdout_keys.add(props["holdout"])
             elif item.event == FLAG_EXPOSURE and isinstance(props.get("flag"), str):
                 flag_keys.add(props["flag"])
         experiments: dict[str, Experiment] = {}
@@ -98,13 +115,24 @@ class Claims:
                 )
             )
             flags = {key: {int(v["idx"]) for v in variations} for key, variations in found}
-        return cls(experiments, flags)
+        running = await allocation.snapshots(
+            session, project_id, [row for row in experiments.values() if row.status == "running"]
+        )
+        holdouts: dict[str, Holdout] = {}
+        if holdout_keys:
+            found_holdouts = await session.scalars(
+                select(Holdout).where(
+                    Holdout.project_id == project_id, Holdout.key.in_(holdout_keys)
+                )
+            )
+            holdouts = {row.key: row for row in found_holdouts}
+        return cls(experiments, flags, running, holdouts)
 
-    def _running(self, key: str) -> tuple[list[str], list[int | None]] | None:
-        row = self.experiments.get(key)
+    def _running_holdout(self, key: str) -> HoldoutSnapshot | None:
+        row = self.holdouts.get(key)
         if row is None or row.status != "running":
             return None
-        return [v["key"] for v in row.variants], [v.get("weight") for v in row.variants]
+        return HoldoutSnapshot(key=row.key, share=row.share)
 
     def _any_status(self, key: str) -> tuple[list[str], list[int | None]] | None:
         row = self.experiments.get(key)
@@ -131,13 +159,37 @@ class Claims:
             return FirstExposure(
                 "flag", props["flag"], item.unit, str(props["variation"]), ts
             ), None
+        if "holdout" in props and "experiment" not in props:
+            return self._holdout(item, props, ts, trusted=trusted)
         if trusted:
             known = self._any_status(str(props.get("experiment")))
             if known is None or props.get("variant") not in known[0]:
                 return None, ("props", "no such experiment and variant")
         else:
-            problem = exposure_claim_problem(props, item.unit, self._running)
+            problem = exposure_claim_problem(
+                props, item.unit, self.running.get, self._running_holdout
+            )
             if problem is not None:
                 return None, problem
         row = self.experiments[props["experiment"]]
         return FirstExposure("experiment", row.id, item.unit, props["variant"], ts), None
+
+    def _holdout(
+        self, item: EventIn, props: dict[str, Any], ts: int, *, trusted: bool
+    ) -> tuple[FirstExposure | None, tuple[str, str] | None]:
+        """A relay's record of a holdout exposure (its holdout may have stopped since: the
+        holdout and group must exist), or a backend's claim (checked like an experiment's)."""
+        if trusted:
+            if props.get("holdout") not in self.holdouts or props.get("group") not in (
+                HOLDOUT,
+                GENERAL,
+            ):
+                return None, ("props", "no such holdout and group")
+        else:
+            problem = exposure_claim_problem(
+                props, item.unit, self.running.get, self._running_holdout
+            )
+            if problem is not None:
+                return None, problem
+        row = self.holdouts[props["holdout"]]
+        return FirstExposure("holdout", row.id, item.unit, str(props["group"]), ts), None

@@ -13,13 +13,13 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from control_plane.db.models import (
     Environment,
-    Experiment,
     Flag,
     FlagMetric,
     FlagSetting,
     Project,
     Segment,
 )
+from control_plane.domain.allocation import running_experiments
 from shared.engine import segments_named
 from shared.wire import protocol as p
 from shared.wire import snapshot as w
@@ -113,19 +113,6 @@ def flag_snapshot(flag: Flag, setting: FlagSetting, *, tracked: bool = False) ->
     return _flag_snapshot(columns, tracked, _converted)
 
 
-def experiment_snapshot(row: Experiment) -> w.ExperimentSnapshot:
-    return w.ExperimentSnapshot(
-        key=row.key,
-        type=row.type,
-        url=row.url,
-        goal=row.goal,
-        selector=row.selector,
-        version=row.version,
-        variants=tuple(msgspec.convert(x, w.ExperimentVariant) for x in row.variants),
-        unit_kind=row.unit_kind,
-    )
-
-
 def segment_snapshot(segment: Segment) -> w.SegmentSnapshot:
     return w.SegmentSnapshot(
         key=segment.key,
@@ -190,12 +177,7 @@ async def _flags(
 async def _running_experiments(
     session: AsyncSession, project_id: str
 ) -> dict[str, w.ExperimentSnapshot]:
-    running = await session.scalars(
-        select(Experiment)
-        .where(Experiment.project_id == project_id, Experiment.status == "running")
-        .order_by(Experiment.key)
-    )
-    return {row.key: experiment_snapshot(row) for row in running}
+    return await running_experiments(session, project_id)
 
 
 def _now_ms(now_ms: int | None) -> int:

@@ -38,7 +38,11 @@ from relay.routes.admission import Admission, Browser
 from relay.routes.keys import bearer_token, unknown_key
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
-from shared.engine.experiments import exposure_claim_problem, flag_exposure_claim_problem
+from shared.engine.experiments import (
+    experiments_holdouts,
+    exposure_claim_problem,
+    flag_exposure_claim_problem,
+)
 from shared.keys import SERVER_KEY_FROM_PAGE
 from shared.wire import body, events
 from shared.wire.kinds import qualified_unit, redact
@@ -186,14 +190,10 @@ class EventIntake:
 
             return flag_exposure_claim_problem(item.props, variations)
 
-        def running(key: str) -> tuple[list[str], list[int | None]] | None:
-            experiment = state.snapshot.experiments.get(key)
-            if experiment is None:
-                return None
-            return [v.key for v in experiment.variants], [v.weight for v in experiment.variants]
-
+        experiments = state.snapshot.experiments
+        holdouts = experiments_holdouts(experiments.values())  # those holding a running one
         unit = qualified_unit(item.unit_kind, item.unit)  # as the experiment hashes it
-        return exposure_claim_problem(item.props, unit, running)
+        return exposure_claim_problem(item.props, unit, experiments.get, holdouts.get)
 
     async def _accept(
         self,

@@ -16,10 +16,18 @@ context kinds (``{"organization": "acme"}``). An experiment randomizes on its ``
 qualified unit (``shared.wire.kinds``); a page that gives no key of the experiment's kind is not
 in it (not listed; one experiment's assign answers 422 naming ``units.<kind>``).
 
+Layers and holdouts (``shared.engine.experiments.place``, the rule the control plane applies): a
+unit outside an experiment's share of its layer is not in it (not listed; assign answers
+``assigned: false``). A unit a holdout keeps out is served the control (listed with it; assign
+answers the control with ``assigned: false``) and never exposed to the experiment.
+
 Each first assignment is reported upstream as a ``$exposure`` event through the event spool
 (fsync'd, forwarded losslessly), at the relay's clock. Its ``eventId`` is
 ``exp:<experiment>:<unit>``, the same on every relay, so the control plane stores one exposure per
 unit however many relays saw it; a bounded in-memory set spares the spool repeats from this relay.
+A unit reaching an experiment a running holdout covers is reported to the holdout as well, once:
+``$exposure`` with props ``{holdout, group}`` (``holdout`` or ``general``) and ``eventId``
+``holdout:<holdout>:<unit>``.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from relay.routes.events import invalid, malformed
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
 from shared.engine import Evaluation
-from shared.engine.experiments import choose_variant, thresholds, url_matches
+from shared.engine.experiments import Placement, place, url_matches
 from shared.wire import events
 from shared.wire.body import MalformedBody, decode
 from shared.wire.events import convert_problem
@@ -141,30 +149,44 @@ class ExperimentRoutes:
             return invalid(problems, headers)
         return admitted, body
 
-    def _exposure(
+    def _exposures(
         self,
         experiment: ExperimentSnapshot,
         unit: tuple[str, str],
-        index: int,
+        placement: Placement,
         url: str | None,
         now: int,
-    ) -> dict[str, Any] | None:
-        """The ``$exposure`` to spool for a unit's first assignment here, None if reported."""
+    ) -> list[dict[str, Any]]:
+        """The ``$exposure`` events to spool for a unit's placement here (to the experiment when
+        it is assigned, to the holdouts that cover it), leaving out those reported before."""
         key, qualified = unit
-        event_id = f"exp:{experiment.key}:{qualified}"
-        if not self.seen.add(event_id):
-            return None
         kind = experiment.unit_kind
-        return {
-            "unit": key,
-            **({"unitKind": kind} if kind != USER else {}),
-            "event": "$exposure",
-            "eventId": event_id,
-            "ts": now,
-            "source": "relay",
-            "props": {"experiment": experiment.key, "variant": experiment.variants[index].key},
-            **({"url": url} if url else {}),
-        }
+        found: list[tuple[str, dict[str, str]]] = [
+            (f"holdout:{holdout}:{qualified}", {"holdout": holdout, "group": group})
+            for holdout, group in placement.holdouts
+        ]
+        if placement.assigned:
+            variant = experiment.variants[placement.variant].key
+            found.append(
+                (
+                    f"exp:{experiment.key}:{qualified}",
+                    {"experiment": experiment.key, "variant": variant},
+                )
+            )
+        return [
+            {
+                "unit": key,
+                **({"unitKind": kind} if kind != USER else {}),
+                "event": "$exposure",
+                "eventId": event_id,
+                "ts": now,
+                "source": "relay",
+                "props": props,
+                **({"url": url} if url else {}),
+            }
+            for event_id, props in found
+            if self.seen.add(event_id)
+        ]
 
     async def _record(self, exposures: list[dict[str, Any]]) -> None:
         if exposures:
@@ -186,12 +208,12 @@ class ExperimentRoutes:
             unit = body.unit_of(experiment)
             if unit is None:  # randomized on a kind the page gave no key of
                 continue
-            index = variant_index(experiment, unit[1])
-            running.append(render(experiment, index))
+            placement = place(experiment, unit[1])
+            if placement.outcome == "outside":  # not in it: the page is left as it is
+                continue
+            running.append(render(experiment, placement.variant))
             if body.expose:
-                exposure = self._exposure(experiment, unit, index, body.url, now)
-                if exposure is not None:
-                    exposures.append(exposure)
+                exposures += self._exposures(experiment, unit, placement, body.url, now)
         await self._record(exposures)
         return Response(200, msgspec.json.encode({"experiments": running}), admission.headers)
 
@@ -215,18 +237,23 @@ class ExperimentRoutes:
             control = next(v for v in experiment.variants if v.key == "control")
             reason = "the experiment does not run on this url"
             answer = _assignment(key, control.key, False, reason, control.content)
-        elif experiment.type == "manual" and not admission.trusted:
-            # a backend's experiment: a page learns the unit's variant (so it renders what the
-            # backend serves) but never exposes it, or a page could fill it with invented units
-            variant = experiment.variants[variant_index(experiment, unit[1])]
-            answer = _assignment(key, variant.key, False, PAGE_NEVER_EXPOSES, variant.content)
         else:
-            index = variant_index(experiment, unit[1])
-            variant = experiment.variants[index]
-            now = time.time_ns() // 1_000_000
-            exposure = self._exposure(experiment, unit, index, body.url, now)
-            await self._record([exposure] if exposure is not None else [])
-            answer = _assignment(key, variant.key, True, "assigned", variant.content)
+            placement = place(experiment, unit[1])
+            variant = experiment.variants[placement.variant]
+            if not placement.assigned:
+                answer = _assignment(key, variant.key, False, placement.reason, variant.content)
+            elif experiment.type == "manual" and not admission.trusted:
+                # a backend's experiment: a page learns the unit's variant (so it renders what
+                # the backend serves) but never exposes it, or a page could fill it with
+                # invented units
+                answer = _assignment(key, variant.key, False, PAGE_NEVER_EXPOSES, variant.content)
+            else:
+                answer = _assignment(key, variant.key, True, "assigned", variant.content)
+            # a page never exposes a unit to a manual experiment, nor to the holdouts through one
+            exposes = experiment.type != "manual" or admission.trusted
+            if placement.outcome != "outside" and exposes:
+                now = time.time_ns() // 1_000_000
+                await self._record(self._exposures(experiment, unit, placement, body.url, now))
         return Response(200, msgspec.json.encode(answer), admission.headers)
 
 
@@ -249,9 +276,12 @@ def on_page(experiments: Iterable[ExperimentSnapshot], url: str | None) -> list[
     return [e for e in experiments if e.type != "manual" and url_matches(e.url, url)]
 
 
-def variant_index(experiment: ExperimentSnapshot, unit: str) -> int:
-    """The variant of a qualified ``unit`` (for a user, its key)."""
-    return choose_variant(experiment.key, unit, thresholds([v.weight for v in experiment.variants]))
+def variant_index(experiment: ExperimentSnapshot, unit: str) -> int | None:
+    """The variant a page shows a qualified ``unit`` (for a user, its key): its own, or the
+    control when a holdout keeps it out; None when it is outside the experiment's share of its
+    layer (not in it: the page is left as it is)."""
+    placement = place(experiment, unit)
+    return None if placement.outcome == "outside" else placement.variant
 
 
 def _assignment(

@@ -109,9 +109,8 @@ class Selectors:
         if unit is not None:
             # experiments on other kinds than the user are listed by POST /sdk/v1/experiments,
             # which takes their keys (``units``)
-            answer["experiments"] = [
-                render(e, variant_index(e, unit)) for e in page if e.unit_kind == USER
-            ]
+            shown = ((e, variant_index(e, unit)) for e in page if e.unit_kind == USER)
+            answer["experiments"] = [render(e, index) for e, index in shown if index is not None]
         return Response(200, msgspec.json.encode(answer), headers)
 
 

@@ -17,7 +17,11 @@ segment key). ``value`` is the context's ``bucketBy`` attribute, ``key`` by defa
   neither can a missing attribute: such a context gets bucket 0, i.e. the first item with a
   non-zero weight.
 
-Experiments hash ``experimentKey + "." + unit`` (``experiment_bucket``).
+Experiments hash ``experimentKey + "." + unit`` (``experiment_bucket``); a layer places a unit
+by ``"layer:" + layerKey + "." + unit`` (``layer_bucket``) and a holdout by
+``"holdout:" + holdoutKey + "." + unit`` (``holdout_bucket``): three independent hashes, so which
+experiment of a layer a unit is in, whether it is held out and its variant do not depend on one
+another.
 
 Why this formula: ``(h * total) >> 32`` is flagd's ``fractional`` (v2) with ``total`` = 100000,
 LaunchDarkly's weight precision (weights are integers out of 100000 = 100 %). For whole-percent
@@ -60,6 +64,16 @@ def bucket(salt: str, value: str) -> int:
 def experiment_bucket(experiment_key: str, unit: str) -> int:
     """An experiment unit's bucket: murmur3 of ``experimentKey + "." + unit``."""
     return bucket(experiment_key + ".", unit)
+
+
+def layer_bucket(layer_key: str, unit: str) -> int:
+    """A unit's place in a layer: murmur3 of ``"layer:" + layerKey + "." + unit``."""
+    return bucket("layer:" + layer_key + ".", unit)
+
+
+def holdout_bucket(holdout_key: str, unit: str) -> int:
+    """A unit's place in a holdout: murmur3 of ``"holdout:" + holdoutKey + "." + unit``."""
+    return bucket("holdout:" + holdout_key + ".", unit)
 
 
 def bucketable(value: Any) -> str | None:

@@ -5,6 +5,15 @@ A unit's variant: ``bucket = experiment_bucket(experiment_key, unit)`` (murmur3 
 exceeds the bucket. Equal shares unless weights are given. The same unit always lands in the same
 variant, on every relay and replica.
 
+Layers and holdouts (``place``): an experiment of a layer holds a range ``[start, end)`` of the
+layer's buckets (``layer_bucket``, murmur3 of ``"layer:" + layerKey + "." + unit``); a unit whose
+layer bucket is outside it is not in the experiment. Ranges of a layer's running experiments never
+overlap, so a unit is in at most one of them. A running holdout whose scope holds the experiment
+keeps a unit out when its holdout bucket (``holdout_bucket``) is below the holdout's share: it is
+served the control (the first variant) and never exposed to the experiment. The layer decides
+first: a unit outside the range is neither in the experiment nor counted by its holdouts, so a
+holdout's two groups are the units that reached an experiment they would be in, alike.
+
 Pages: ``*`` runs everywhere; a pattern with ``*`` is a glob (``/pricing*``); anything else is
 an exact path (a trailing ``/`` is ignored). A pattern starting with ``/`` is compared with the
 path of the page URL (query and fragment ignored); a full URL pattern with scheme, host and path.
@@ -12,12 +21,18 @@ path of the page URL (query and fragment ignored); a full URL pattern with schem
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from shared.engine.bucketing import experiment_bucket
-from shared.wire.snapshot import WEIGHT_SCALE
+from shared.engine.bucketing import experiment_bucket, holdout_bucket, layer_bucket
+from shared.wire.snapshot import WEIGHT_SCALE, ExperimentSnapshot, HoldoutSnapshot
+
+HoldoutGroup = Literal["holdout", "general"]
+HOLDOUT: HoldoutGroup = "holdout"
+GENERAL: HoldoutGroup = "general"
+"""A holdout's two groups: the units it keeps out, and all the others."""
 
 
 def thresholds(weights: Sequence[int | None]) -> tuple[int, ...]:
@@ -95,30 +110,123 @@ def variant_of(
     return variants[choose_variant(experiment_key, unit, thresholds(weights))]
 
 
-RunningVariants = Callable[[str], "tuple[Sequence[str], Sequence[int | None]] | None"]
-"""Looks up a running experiment by key: its variant keys and weights, or None."""
+def holdout_group(holdout: HoldoutSnapshot, unit: str) -> HoldoutGroup:
+    """``holdout`` when ``unit`` is among the holdout's share of units, else ``general``."""
+    return HOLDOUT if holdout_bucket(holdout.key, unit) < holdout.share else GENERAL
+
+
+def in_layer_range(experiment: ExperimentSnapshot, unit: str) -> bool:
+    """Whether ``unit`` falls in the experiment's share of its layer (always, without a layer)."""
+    if experiment.layer is None:
+        return True
+    if experiment.layer_range is None:  # not started: holds no part of the layer
+        return False
+    start, end = experiment.layer_range
+    return start <= layer_bucket(experiment.layer, unit) < end
+
+
+Outcome = Literal["assigned", "outside", "held_out"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a unit stands in a running experiment (``place``).
+
+    ``outcome``: ``assigned`` (in the experiment: an exposure of ``variant`` counts),
+    ``outside`` (outside its share of its layer: not in it) or ``held_out`` (a holdout keeps it
+    out: served the control, never exposed to the experiment);
+    ``variant``: the index of the variant it is served (the control, 0, unless assigned);
+    ``holdouts``: the ``(holdout key, group)`` exposures to record for the holdouts in scope
+    (none for a unit outside the experiment's share of its layer)."""
+
+    outcome: Outcome
+    variant: int
+    reason: str
+    holdouts: tuple[tuple[str, HoldoutGroup], ...] = ()
+
+    @property
+    def assigned(self) -> bool:
+        return self.outcome == "assigned"
+
+
+def place(experiment: ExperimentSnapshot, unit: str) -> Placement:
+    """The one rule of who is in a running experiment: its layer range, then its holdouts, then
+    its variant. ``unit`` is the qualified unit (``shared.wire.kinds``)."""
+    if not in_layer_range(experiment, unit):
+        return Placement("outside", 0, f"not in the experiment's share of layer {experiment.layer}")
+    groups = tuple((h.key, holdout_group(h, unit)) for h in experiment.holdouts)
+    holding = next((key for key, group in groups if group == HOLDOUT), None)
+    if holding is not None:
+        reason = f"held out by holdout {holding}: served the control"
+        return Placement("held_out", 0, reason, groups)
+    bounds = thresholds([v.weight for v in experiment.variants])
+    return Placement("assigned", choose_variant(experiment.key, unit, bounds), "assigned", groups)
+
+
+def experiments_holdouts(experiments: Iterable[ExperimentSnapshot]) -> dict[str, HoldoutSnapshot]:
+    """The running holdouts that hold some of ``experiments``, by key."""
+    return {h.key: h for e in experiments for h in e.holdouts}
+
+
+RunningExperiment = Callable[[str], "ExperimentSnapshot | None"]
+"""Looks up a running experiment by key."""
+RunningHoldout = Callable[[str], "HoldoutSnapshot | None"]
+"""Looks up a running holdout by key."""
 FlagVariations = Callable[[str], "Collection[int] | None"]
 """Looks up a live flag by key: the indexes of its variations, or None."""
 
 
 def exposure_claim_problem(
-    props: Mapping[str, Any] | None, unit: str, running: RunningVariants
+    props: Mapping[str, Any] | None,
+    unit: str,
+    running: RunningExperiment,
+    holdouts: RunningHoldout = lambda _: None,
 ) -> tuple[str, str] | None:
-    """Why an ``$exposure`` claimed by a backend cannot be recorded, as ``(field, message)``:
-    it must name a running experiment (``props.experiment``) and the variant the deterministic
-    assignment gives ``unit`` (``props.variant``). None when it holds."""
+    """Why an ``$exposure`` claimed by a backend cannot be recorded, as ``(field, message)``.
+    None when it holds.
+
+    An exposure to an experiment names a running experiment (``props.experiment``) that ``place``
+    puts ``unit`` in (not outside its share of a layer, not held out) and the variant it gives
+    the unit (``props.variant``). An exposure to a holdout (``props.holdout``, no experiment)
+    names a running holdout and the unit's group in it (``props.group``: holdout or general)."""
     props = props or {}
+    if "holdout" in props and "experiment" not in props:
+        return holdout_claim_problem(props, unit, holdouts)
     experiment, variant = props.get("experiment"), props.get("variant")
     if not isinstance(experiment, str):
-        return "props.experiment", "an exposure names its experiment's key"
+        return "props.experiment", "an exposure names its experiment's key (or a holdout's)"
     if not isinstance(variant, str):
         return "props.variant", "an exposure names the variant shown"
     found = running(experiment)
     if found is None:
         return "props.experiment", f"no running experiment {experiment!r}"
-    assigned = variant_of(experiment, unit, *found)
+    placement = place(found, unit)
+    if not placement.assigned:
+        return "props.experiment", f"unit {unit!r} is not in experiment {experiment!r}: " + (
+            placement.reason
+        )
+    assigned = found.variants[placement.variant].key
     if variant != assigned:
         return "props.variant", f"unit {unit!r} is assigned {assigned!r}, not {variant!r}"
+    return None
+
+
+def holdout_claim_problem(
+    props: Mapping[str, Any], unit: str, holdouts: RunningHoldout
+) -> tuple[str, str] | None:
+    """Why a claimed exposure to a holdout (``props.holdout``, ``props.group``) cannot be
+    recorded: the holdout must be running and the group the unit's. None when it holds."""
+    key, group = props.get("holdout"), props.get("group")
+    if not isinstance(key, str):
+        return "props.holdout", "a holdout exposure names the holdout's key"
+    if group not in (HOLDOUT, GENERAL):
+        return "props.group", f"a holdout exposure names the unit's group: {HOLDOUT} or {GENERAL}"
+    found = holdouts(key)
+    if found is None:
+        return "props.holdout", f"no running holdout {key!r}"
+    actual = holdout_group(found, unit)
+    if group != actual:
+        return "props.group", f"unit {unit!r} is in group {actual!r} of {key!r}, not {group!r}"
     return None
 
 

@@ -143,8 +143,22 @@ class ExperimentVariant(WireStruct, frozen=True):
     weight: int | None = None  # out of WEIGHT_SCALE; None means an equal share
 
 
+class HoldoutSnapshot(WireStruct, frozen=True):
+    """A running holdout whose scope holds an experiment: units whose holdout bucket
+    (``shared.engine.bucketing.holdout_bucket``) is below ``share`` (out of ``WEIGHT_SCALE``) are
+    kept out of the experiment and served its control."""
+
+    key: str
+    share: int
+
+
 class ExperimentSnapshot(WireStruct, frozen=True):
-    """A running experiment, so relays assign browsers exactly as the control plane would."""
+    """A running experiment, so relays assign browsers exactly as the control plane would.
+
+    ``layer``: the layer it belongs to, if any; ``layer_range``: the ``[start, end)`` of the
+    layer's buckets (``shared.engine.bucketing.layer_bucket``, out of ``WEIGHT_SCALE``) it holds,
+    units outside it are not in the experiment. ``holdouts``: the running holdouts whose scope
+    holds it (the project's, and its layer's)."""
 
     key: str
     type: str  # element | cta | manual
@@ -154,6 +168,9 @@ class ExperimentSnapshot(WireStruct, frozen=True):
     selector: str | None = None
     version: int = 1
     unit_kind: str = "user"  # the context kind it randomizes on (``shared.wire.kinds``)
+    layer: str | None = None
+    layer_range: tuple[int, int] | None = None
+    holdouts: tuple[HoldoutSnapshot, ...] = ()
 
 
 class Snapshot(WireStruct, frozen=True):

@@ -105,3 +105,28 @@ def test_the_ratio_metric_example_works_as_written(stack: tuple[ControlPlane, Re
     by_key = {v["key"]: v for v in results["variants"]}
     assert by_key[assigned["variant"]]["exposed"] == 1
     assert by_key[assigned["variant"]]["rate"] == rate
+
+
+def test_the_layers_and_holdouts_example_works_as_written(
+    stack: tuple[ControlPlane, Relay],
+) -> None:
+    cp, _ = stack
+    text = README.read_text()
+    section = text[text.index("### Layers and holdouts") : text.index("Every formula")]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    script = block.replace("localhost:8000", cp.url)
+    out = run(script.replace("KEY=vsk_live_…", f"KEY={cp.keys['management']}"))
+    answers: list[Any] = json_values(out)
+    assert len(answers) == 8, out
+    metric, layer, holdout, one_page, express, listed, assigned, results = answers
+    assert (layer["key"], holdout["share"], holdout["status"]) == ("checkout", 0.05, "running")
+    assert one_page["range"] == {"start": 0.0, "end": 0.6}
+    assert express["range"] == {"start": 0.6, "end": 1.0}
+    assert [(r["experiment"], r["start"], r["end"]) for r in listed["running"]] == [
+        ("one-page", 0.0, 0.6),
+        ("express-pay", 0.6, 1.0),
+    ]
+    assert listed["free"] == 0
+    assert assigned["experiment"] == "one-page"
+    assert results["results"]["control"] == "holdout"
+    assert metric["key"] == "purchases"

@@ -28,8 +28,8 @@ class AuditController(Controller):
         "/",
         summary="Every change in the project, newest first",
         description=(
-            "Filters: `resourceType` (flag, segment, experiment, metric, key, environment, "
-            "code-refs), `resource` (its key or id), `action` (e.g. `flag.toggle`), `actor` "
+            "Filters: `resourceType` (flag, segment, experiment, layer, holdout, metric, key, "
+            "environment, code-refs), `resource` (its key or id), `action` (e.g. `flag.toggle`), `actor` "
             "(the acting key's id), `environment`, `since`/`until` (RFC 3339). Page with "
             "`cursor` = the previous answer's `nextCursor`."
         ),

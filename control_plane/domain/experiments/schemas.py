@@ -38,6 +38,9 @@ class ExperimentCreate(ApiIn):
     cuped: bool = False
     # the context kind it randomizes on (an account: "organization"); set once, at creation
     unit_kind: str = "user"
+    # the key of the layer it belongs to (its units are in no other experiment of the layer)
+    layer: str | None = None
+    traffic: float = 1.0  # its share of the layer's units, 0 < traffic <= 1 (only with a layer)
 
 
 class VariantPatch(ApiIn):
@@ -52,7 +55,8 @@ class VariantPatch(ApiIn):
 
 class ExperimentPatch(ApiIn):
     """``name``, ``description``, ``statsEngine`` and ``cuped`` change at any time; ``url``,
-    ``selector``, ``goal`` and the variants' content only while no unit is exposed."""
+    ``selector``, ``goal`` and the variants' content only while no unit is exposed; ``layer``
+    (null: none) and ``traffic`` only while a draft."""
 
     name: str | UnsetType = UNSET
     description: str | UnsetType = UNSET
@@ -62,6 +66,8 @@ class ExperimentPatch(ApiIn):
     selector: str | UnsetType | None = UNSET
     goal: str | UnsetType = UNSET
     variants: list[VariantPatch] | UnsetType = UNSET
+    layer: str | UnsetType | None = UNSET
+    traffic: float | UnsetType = UNSET
 
 
 class ExperimentDeleted(ApiOut):
@@ -99,7 +105,19 @@ class Variant(ApiOut):
     weight: float | int | None = None
 
 
+class LayerRange(ApiOut):
+    """The part of its layer a started experiment holds, as fractions of the layer's buckets:
+    units whose layer bucket / 100000 lies in ``[start, end)`` are in it."""
+
+    start: float
+    end: float
+
+
 class Experiment(ApiOut):
+    """``layer``: its layer's key (null: none); ``traffic``: its share of the layer (1 without
+    one); ``range``: the fractions of the layer it holds, fixed when it first starts (null
+    before; kept when it stops, though a stopped experiment holds nothing)."""
+
     id: str
     key: str
     name: str
@@ -121,6 +139,9 @@ class Experiment(ApiOut):
     created_at: datetime
     updated_at: datetime
     exposed: int
+    layer: str | None
+    traffic: float
+    range: LayerRange | None
 
 
 class ExperimentWithResults(Experiment):

@@ -13,7 +13,7 @@ from sqlalchemy import delete, func, or_, select
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Metric, SequentialLook
 from control_plane.db.types import utcnow
-from control_plane.domain import exposures
+from control_plane.domain import allocation, exposures
 from control_plane.domain import validation as v
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import cta, decisions
@@ -23,7 +23,7 @@ from control_plane.domain.results.cache import cached
 from control_plane.domain.results.subject import MetricDef
 from control_plane.domain.rows import find_metric
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
-from shared.engine.experiments import choose_variant, thresholds, url_matches
+from shared.engine.experiments import place, url_matches
 from shared.wire.kinds import kind_problem, qualified_unit
 from shared.wire.snapshot import WEIGHT_SCALE
 
@@ -86,8 +86,13 @@ async def exposed_count(scope: Scope, row: Experiment) -> int:
     return await cached(scope.session, ("exposed", scope.project_id, row.id), count)
 
 
+def _fraction(buckets: int) -> float:
+    return buckets / WEIGHT_SCALE
+
+
 async def experiment_out(scope: Scope, row: Experiment) -> s.Experiment:
     primary, guardrails = await _metric_keys(scope, row)
+    layer = await allocation.layer_key(scope.session, row)
     return s.Experiment(
         id=row.id,
         key=row.key,
@@ -110,6 +115,13 @@ async def experiment_out(scope: Scope, row: Experiment) -> s.Experiment:
         created_at=row.created_at,
         updated_at=row.updated_at,
         exposed=await exposed_count(scope, row),
+        layer=layer,
+        traffic=_fraction(row.traffic),
+        range=(
+            s.LayerRange(start=_fraction(row.range_start), end=_fraction(row.range_end))
+            if row.range_start is not None and row.range_end is not None
+            else None
+        ),
     )
 
 
@@ -236,6 +248,7 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     variants = _variants(problems, body)
     if (problem := kind_problem(body.unit_kind)) is not None:
         problems.add("unitKind", problem)
+    layer_id, traffic = await _layer_and_traffic(scope, problems, body.layer, body.traffic)
     problems.raise_if_any()
     wanted = v.slugify(body.name)
     key = body.key or await v.unique_key(
@@ -268,7 +281,11 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
         started_at=now if body.activate else None,
         created_at=now,
         updated_at=now,
+        layer_id=layer_id,
+        traffic=traffic,
     )
+    if row.status == "running":
+        await allocation.take_range(scope.session, row)
     scope.session.add(row)
     await scope.session.flush()
     if row.status == "running":
@@ -276,6 +293,25 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     out = await experiment_out(scope, row)
     scope.audit("experiment.create", "experiment", key, after=out)
     return out
+
+
+async def _layer_and_traffic(
+    scope: Scope, problems: v.Problems, layer: str | None, traffic: float
+) -> tuple[str | None, int]:
+    """The layer's id (``layer`` is its key) and the traffic in buckets, each checked."""
+    layer_id = None
+    if layer is not None:
+        found = await allocation.find_layer(scope.session, scope.project_id, layer)
+        if found is None:
+            problems.add("layer", f"no layer {layer!r} (POST /layers creates one)")
+        else:
+            layer_id = found.id
+    buckets = round(traffic * WEIGHT_SCALE) if math.isfinite(traffic) else 0
+    if not (math.isfinite(traffic) and 0 < traffic <= 1 and buckets >= 1):
+        problems.add("traffic", "a share of the layer's units above 0 and at most 1, e.g. 0.5")
+    elif layer is None and buckets != WEIGHT_SCALE:
+        problems.add("traffic", "a share of a layer: give the experiment a layer")
+    return layer_id, buckets
 
 
 async def expect_current(scope: Scope, row: Experiment) -> None:
@@ -309,8 +345,19 @@ async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch
         if body.variants is not msgspec.UNSET
         else row.variants
     )
-    problems.raise_if_any()
     before = await experiment_out(scope, row)
+    layer = before.layer if body.layer is msgspec.UNSET else body.layer
+    traffic = before.traffic if body.traffic is msgspec.UNSET else body.traffic
+    layer_id, buckets = await _layer_and_traffic(scope, problems, layer, traffic)
+    problems.raise_if_any()
+    if (layer_id, buckets) != (row.layer_id, row.traffic):
+        if row.status != "draft":
+            raise conflict(
+                f"layer and traffic change only while the experiment is a draft; it is "
+                f"{row.status}: create a new experiment instead"
+            )
+        row.layer_id, row.traffic = layer_id, buckets
+        row.range_start = row.range_end = None
     touches_page = [
         name
         for name in _PAGE_FIELDS
@@ -415,12 +462,16 @@ async def set_status(scope: Scope, id_or_key: str, body: s.StatusIn) -> s.Experi
         )
     before = await experiment_out(scope, row)
     now = utcnow()
+    if target == "running":  # its range of its layer: taken at the first start, then kept
+        await allocation.take_range(scope.session, row)
     row.status = target
     if target == "running":
         row.started_at = row.started_at or now
         row.stopped_at = None
     elif target == "stopped":
         row.stopped_at = now
+    elif target == "draft":  # nothing was exposed: it takes a range afresh when it starts
+        row.range_start = row.range_end = None
     row.version += 1
     row.updated_at = now
     await scope.session.flush()
@@ -428,10 +479,6 @@ async def set_status(scope: Scope, id_or_key: str, body: s.StatusIn) -> s.Experi
     after = await experiment_out(scope, row)
     scope.audit("experiment.status", "experiment", row.key, before=before, after=after)
     return after
-
-
-def bounds_of(row: Experiment) -> tuple[int, ...]:
-    return thresholds([x.get("weight") for x in row.variants])
 
 
 async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
@@ -458,22 +505,23 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
             reason="the experiment does not run on this url",
             content=control.get("content"),
         )
-    chosen = row.variants[choose_variant(row.key, unit, bounds_of(row))]
-    recorded = await exposures.record(
-        scope.session,
-        scope.project_id,
-        [
-            exposures.FirstExposure(
-                "experiment", row.id, unit, chosen["key"], time.time_ns() // 1_000_000
-            )
-        ],
-    )
+    snapshot, holdout_ids = await allocation.assignable(scope.session, scope.project_id, row)
+    placement = place(snapshot, unit)
+    chosen = row.variants[placement.variant]
+    now = time.time_ns() // 1_000_000
+    found = [
+        exposures.FirstExposure("holdout", holdout_ids[key], unit, group, now)
+        for key, group in placement.holdouts
+    ]
+    if placement.assigned:
+        found.append(exposures.FirstExposure("experiment", row.id, unit, chosen["key"], now))
+    recorded = await exposures.record(scope.session, scope.project_id, found)
     scope.events_written = recorded > 0
     return s.Assignment(
         experiment=row.key,
         variant=chosen["key"],
-        assigned=True,
-        reason="assigned",
+        assigned=placement.assigned,
+        reason=placement.reason,
         content=chosen.get("content"),
     )
 
