@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .arms import Arm
 from .bayesian import DEFAULT_PRIOR_SD, bayesian
 from .cuped import CupedInfo, cuped_adjust
 from .decision import decide_winner, effect_sign
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_PRIOR_SD",
     "SRM_THRESHOLD",
     "AnalysisResult",
+    "Arm",
     "ArmSummary",
     "Comparison",
     "CupedInfo",
@@ -69,8 +71,8 @@ __all__ = [
 
 
 def analyse(
-    control: Moments,
-    treatments: Mapping[str, Moments],
+    control: Arm,
+    treatments: Mapping[str, Arm],
     *,
     engine: Engine = "frequentist",
     ratio: bool = False,

@@ -12,6 +12,19 @@ from .moments import ArmSummary, Moments, summarise
 
 _CONTROL = object()
 
+Arm = Moments | ArmSummary
+"""An arm as an engine takes it: the sufficient statistics of a per-unit or ratio metric, or an
+estimate already made with its standard error (a quantile's, :mod:`.quantiles`)."""
+
+NOT_MEANS = (
+    "CUPED is not applied to quantile metrics: it adjusts means by a per-unit covariate, and a "
+    "quantile has no per-unit value to regress"
+)
+
+
+def _summary(arm: Arm, ratio: bool) -> ArmSummary:
+    return arm if isinstance(arm, ArmSummary) else summarise(arm, ratio=ratio)
+
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
@@ -46,18 +59,21 @@ def _estimate(summary: ArmSummary, adjusted: tuple[float, float] | None) -> Esti
     return Estimate(summary.mean, summary.variance, summary.n)
 
 
-def prepare(
-    control: Moments, treatments: Mapping[str, Moments], *, ratio: bool, cuped: bool
-) -> Prepared:
-    summaries = {key: summarise(m, ratio=ratio) for key, m in treatments.items()}
-    control_summary = summarise(control, ratio=ratio)
+def prepare(control: Arm, treatments: Mapping[str, Arm], *, ratio: bool, cuped: bool) -> Prepared:
+    summaries = {key: _summary(m, ratio) for key, m in treatments.items()}
+    control_summary = _summary(control, ratio)
     info: CupedInfo | None = None
     adjusted: dict[object, tuple[float, float]] = {}
     notes: list[str] = []
     if cuped:
-        keyed: dict[object, Moments] = {_CONTROL: control}
-        keyed.update(treatments.items())
-        info, adjusted = cuped_adjust(keyed, ratio=ratio)
+        keyed: dict[object, Moments] = {}
+        for key, arm in [(_CONTROL, control), *treatments.items()]:
+            if isinstance(arm, Moments):
+                keyed[key] = arm
+        if len(keyed) == 1 + len(treatments):
+            info, adjusted = cuped_adjust(keyed, ratio=ratio)
+        else:
+            info = CupedInfo(False, reason=NOT_MEANS)
         if not info.applied and info.reason:
             notes.append(info.reason)
     raw = {k: _estimate(s, None) for k, s in summaries.items()}

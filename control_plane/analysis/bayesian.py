@@ -28,9 +28,8 @@ from typing import Any
 
 from scipy import special
 
-from .arms import PairStats, pairs, prepare
+from .arms import Arm, PairStats, pairs, prepare
 from .frequentist import check_alpha
-from .moments import Moments
 from .results import AnalysisResult, Direction, build_comparisons, guarded
 
 DEFAULT_PRIOR_SD = 0.3
@@ -96,8 +95,8 @@ def _compare(
 
 
 def bayesian(
-    control: Moments,
-    treatments: Mapping[str, Moments],
+    control: Arm,
+    treatments: Mapping[str, Arm],
     *,
     ratio: bool = False,
     alpha: float = 0.05,

@@ -23,8 +23,7 @@ from typing import Any
 
 from scipy import special
 
-from .arms import PairStats, baseline_notes, pairs, prepare
-from .moments import Moments
+from .arms import Arm, PairStats, baseline_notes, pairs, prepare
 from .results import AnalysisResult, build_comparisons, guarded
 
 
@@ -72,8 +71,8 @@ def _compare(pair: PairStats, *, ratio: bool, alpha: float) -> dict[str, Any]:
 
 
 def frequentist(
-    control: Moments,
-    treatments: Mapping[str, Moments],
+    control: Arm,
+    treatments: Mapping[str, Arm],
     *,
     ratio: bool = False,
     alpha: float = 0.05,

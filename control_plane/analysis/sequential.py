@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from .arms import Estimate, PairStats, baseline_notes, pairs, prepare
+from .arms import Arm, Estimate, PairStats, baseline_notes, pairs, prepare
 from .frequentist import check_alpha
 from .moments import Moments
 from .results import AnalysisResult, SequentialBounds, build_comparisons, guarded
@@ -143,8 +143,8 @@ def _check(alpha: float, mixing_sd: float, tau2: float | None) -> None:
 
 
 def sequential(
-    control: Moments,
-    treatments: Mapping[str, Moments],
+    control: Arm,
+    treatments: Mapping[str, Arm],
     *,
     ratio: bool = False,
     alpha: float = 0.05,
