@@ -31,7 +31,15 @@ from control_plane.domain.webhooks import services as webhooks
 from control_plane.errors import ApiError
 
 PAGE_SIZE = 50
-AGGREGATIONS = ("conversion", "count", "sum", "mean", "ratio")
+AGGREGATIONS = ("conversion", "count", "sum", "mean", "ratio", "quantile")
+
+
+def _number(text: str | None) -> float | None:
+    """A number typed in a form (``None`` when it is not one: the API then names the field)."""
+    try:
+        return float((text or "").strip())
+    except ValueError:
+        return None
 
 
 def _part(form: Any, side: str) -> metric_s.PartAggregation:
@@ -193,6 +201,7 @@ class MetricPages(ListPage):
             currency=(form.get("currency") or "").strip() or None,
             numerator=numerator,
             denominator=denominator,
+            quantile=_number(form.get("quantile")) if aggregation == "quantile" else None,
         )
         return await self.write(
             request,

@@ -312,6 +312,8 @@ class Experiment(Base):
     traffic: Mapped[int] = mapped_column(Integer, default=100_000, server_default="100000")
     range_start: Mapped[int | None] = mapped_column(Integer, nullable=True)
     range_end: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # context attributes captured with each exposure, to split results by (migration 0014)
+    dimensions: Mapped[list[str]] = mapped_column(Json, default=list, server_default="[]")
 
 
 class Layer(Base):
@@ -375,6 +377,26 @@ class Exposure(Base):
     unit: Mapped[str] = mapped_column(Key(200))
     arm: Mapped[str] = mapped_column(Key(128))  # min(arm) per unit in analysis: byte order
     exposed_at: Mapped[int] = mapped_column(BigInteger)  # epoch milliseconds
+
+
+class ExposureAttribute(Base):
+    """A context attribute's value captured with a unit's first exposure (an experiment's
+    ``dimensions``), as text; written with the exposure, first one wins. Keyed in unit order per
+    attribute, with the value, so that a split of the results merge-joins it with the units."""
+
+    __tablename__ = "exposure_attributes"
+    __table_args__ = (
+        PrimaryKeyConstraint(
+            "project_id", "kind", "subject", "name", "unit", postgresql_include=["value"]
+        ),
+    )
+
+    project_id: Mapped[str] = mapped_column(Key(40))
+    kind: Mapped[str] = mapped_column(Key(16))
+    subject: Mapped[str] = mapped_column(Key(128))
+    name: Mapped[str] = mapped_column(Key(200))
+    unit: Mapped[str] = mapped_column(Key(200))
+    value: Mapped[str] = mapped_column(String(200))
 
 
 class SequentialLook(Base):

@@ -182,3 +182,15 @@ def test_a_ratio_metric_is_created_from_the_console_with_the_api_s_audit(api: Ap
     )
     assert refused.status_code == 422
     assert "the event name the metric reads" in refused.text
+
+
+def test_a_quantile_metric_is_created_from_the_console(api: Api) -> None:
+    _, csrf = signed_in(api)
+    form = {"_csrf": csrf, "name": "Load p90", "event": "page_load", "aggregation": "quantile"}
+    refused = api.client.post("/console/metrics/", data={**form, "quantile": "ninety"})
+    assert refused.status_code == 422
+    assert "between 0 and 1" in refused.text
+    made = api.client.post("/console/metrics/", data={**form, "quantile": "0.9"})
+    assert made.status_code in (200, 303), made.text
+    assert api.get("/metrics/load-p90").json()["quantile"] == 0.9
+    assert "quantile p90" in api.client.get("/console/metrics").text

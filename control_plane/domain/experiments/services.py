@@ -619,6 +619,19 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
                 [FieldError("metric", "the key of the experiment's primary metric or a guardrail")]
             )
         chosen = found[0]
+    if chosen.is_quantile:  # no running sums to add up day by day: each day would sort anew
+        return s.Timeseries(
+            experiment=row.key,
+            metric=chosen.describe(),
+            engine=row.stats_engine,
+            control=CONTROL,
+            capping=None,
+            days=[],
+            notes=[
+                "a quantile metric has no time series: each day's quantile needs its own order "
+                "statistics; the results show it as of now"
+            ],
+        )
     spec = metric_specs([chosen])[0]
 
     async def compute() -> tuple[MetricSpec, dict[int, dict[str, DayIncrement]]]:

@@ -7,7 +7,7 @@ from msgspec import UNSET, UnsetType
 
 from control_plane.domain.schemas import ApiIn, ApiOut
 
-Aggregation = Literal["sum", "mean", "count", "conversion", "ratio"]
+Aggregation = Literal["sum", "mean", "count", "conversion", "ratio", "quantile"]
 Direction = Literal["higher", "lower"]
 CappingType = Literal["absolute", "percentile"]
 PartAggregation = Literal["sum", "count"]
@@ -44,13 +44,15 @@ class MetricCreate(ApiIn):
     """``ratio``: the ratio of two per-unit aggregates over all exposed units (revenue per order:
     ``numerator`` the sum of ``purchase``, ``denominator`` the count of ``order``), analysed with
     the delta method; ``event`` is then the numerator's (give it or leave it out). ``mean`` is the
-    ratio of one event's sum of value to its count."""
+    ratio of one event's sum of value to its count. ``quantile``: the ``quantile`` (0 < q < 1, e.g.
+    0.9 for p90) of ``event``'s value over the exposed units' events."""
 
     name: str
     aggregation: Aggregation
     event: str | None = None  # every aggregation but ratio: the event the metric reads
     numerator: RatioPart | None = None  # ratio only
     denominator: RatioPart | None = None  # ratio only
+    quantile: float | None = None  # quantile only: p, 0 < p < 1
     direction: Direction = "higher"
     format: str = ""
     key: str | None = None
@@ -84,6 +86,7 @@ class Metric(ApiOut):
     currency: str | None
     numerator: RatioPartOut | None  # ratio metrics only
     denominator: RatioPartOut | None  # ratio metrics only
+    quantile: float | None  # quantile metrics only
     version: int
     created_at: datetime
     updated_at: datetime

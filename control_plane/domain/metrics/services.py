@@ -15,7 +15,7 @@ from control_plane.domain import validation as v
 from control_plane.domain.common import Scope
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.paging import Page, paged
-from control_plane.domain.results.subject import CAPPED
+from control_plane.domain.results.subject import CAPPED, READS_VALUE
 from control_plane.domain.rows import find_metric
 from control_plane.errors import conflict, not_found
 from shared.wire.currencies import ISO_4217
@@ -47,6 +47,7 @@ def metric_out(row: Metric) -> s.Metric:
         )
         if ratio
         else None,
+        quantile=row.quantile if row.aggregation == "quantile" else None,
         version=row.version,
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -60,8 +61,10 @@ def check_currency(
     in the currency)."""
     if currency is None:
         return
-    if aggregation not in CAPPED or not reads_value:
-        problems.add("currency", "only sum, mean and ratio metrics summing value read a currency")
+    if aggregation not in READS_VALUE or not reads_value:
+        problems.add(
+            "currency", "only sum, mean, quantile and ratio metrics summing value read a currency"
+        )
     elif currency not in ISO_4217:
         problems.add("currency", "an ISO 4217 code in capitals, e.g. EUR or USD")
 
@@ -155,6 +158,11 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
         problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
     check_capping(problems, body.aggregation, body.capping)
     check_currency(problems, body.aggregation, body.currency, reads_value=_reads_value(body))
+    if body.aggregation == "quantile":
+        if body.quantile is None or not 0 < body.quantile < 1:
+            problems.add("quantile", "the quantile between 0 and 1 exclusive, e.g. 0.9 for p90")
+    elif body.quantile is not None:
+        problems.add("quantile", "only quantile metrics have a quantile")
     problems.raise_if_any()
     key = body.key or await v.unique_key(scope, Metric, v.slugify(body.name))
     now = utcnow()
@@ -168,6 +176,7 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
         numerator=body.numerator.aggregation if body.numerator else None,
         denominator_event=body.denominator.event if body.denominator else None,
         denominator=body.denominator.aggregation if body.denominator else None,
+        quantile=body.quantile if body.aggregation == "quantile" else None,
         direction=body.direction,
         format=body.format,
         description=body.description,

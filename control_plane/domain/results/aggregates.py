@@ -63,6 +63,7 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.elements import ColumnElement
 
+from control_plane.analysis.arms import Arm
 from control_plane.analysis.moments import Moments
 from control_plane.db.models import Event, Exposure
 
@@ -71,7 +72,7 @@ CUPED_WINDOW_MS = 14 * 24 * 3600 * 1000
 
 @dataclass(frozen=True, slots=True)
 class ArmAggregate:
-    moments: Moments
+    moments: Arm  # as the engines take it: sufficient statistics, or a quantile's estimate
     converted: int  # exposed units with at least one matching event after exposure
 
 
@@ -97,6 +98,7 @@ class MetricSpec:
     shift: Shift | None = None  # resolved by ``with_shifts`` (``arm_moments`` calls it)
     numerator: str = "sum"  # ratio: sum | count of ``event`` per unit
     denominator: tuple[str, str] | None = None  # ratio: (event, sum | count) per unit
+    quantile: float | None = None  # quantile: p (``control_plane.domain.results.quantiles``)
 
     @property
     def parts(self) -> tuple[tuple[str, str], tuple[str, str] | None]:

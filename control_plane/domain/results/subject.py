@@ -34,10 +34,12 @@ from control_plane.domain.results.aggregates import (
     arm_moments,
 )
 from control_plane.domain.results.cache import cached
+from control_plane.domain.results.quantiles import arm_quantiles
 
 ALPHA = 0.05
 CAPPED = ("sum", "mean", "ratio")
 RATIOS = ("mean", "ratio")
+READS_VALUE = (*CAPPED, "quantile")  # what may name a currency
 DEFAULT_TARGET_EFFECT = 0.05  # relative: the effect whose sample size the results estimate
 EMPTY = ArmAggregate(Moments(0, 0.0, 0.0), 0)
 _MEANINGS = {
@@ -50,6 +52,9 @@ _MEANINGS = {
     "ratio": "rate is the {numerator} of '{event}' over the {denominator} of '{denominator_event}' "
     "(a ratio of sums over the exposed units); conversions (= unitsWithEvents) counts exposed "
     "units with at least one '{event}' event",
+    "quantile": "rate is the p{percent:g} of the value of '{event}' events (nearest rank; "
+    "stdError from the order statistics bracketing it, units' events taken together); "
+    "conversions (= unitsWithEvents) counts exposed units with at least one such event",
 }
 _OF = {"sum": "sum of value", "count": "count"}
 
@@ -68,6 +73,7 @@ class MetricDef:
     numerator: str | None = None  # ratio: sum | count of ``event``
     denominator_event: str | None = None  # ratio
     denominator: str | None = None  # ratio: sum | count of ``denominator_event``
+    quantile: float | None = None  # quantile: p, 0 < p < 1
 
     @classmethod
     def of(cls, row: Metric) -> MetricDef:
@@ -84,7 +90,12 @@ class MetricDef:
             row.numerator,
             row.denominator_event,
             row.denominator,
+            row.quantile,
         )
+
+    @property
+    def is_quantile(self) -> bool:
+        return self.aggregation == "quantile" and self.quantile is not None
 
     @property
     def is_ratio(self) -> bool:
@@ -97,6 +108,7 @@ class MetricDef:
             numerator=_OF.get(self.numerator or "sum"),
             denominator=_OF.get(self.denominator or "count"),
             denominator_event=self.denominator_event,
+            percent=100 * (self.quantile or 0),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -122,6 +134,7 @@ class MetricDef:
             }
             if self.aggregation == "ratio"
             else None,
+            "quantile": self.quantile if self.aggregation == "quantile" else None,
         }
 
 
@@ -138,11 +151,12 @@ def metric_specs(metrics: Sequence[MetricDef]) -> list[MetricSpec]:
                 m.aggregation,
                 cap=m.capping_value if capped and m.capping == "absolute" else None,
                 percentile=m.capping_value if capped and m.capping == "percentile" else None,
-                currency=m.currency if m.aggregation in CAPPED else None,
+                currency=m.currency if m.aggregation in READS_VALUE else None,
                 numerator=m.numerator or "sum",
                 denominator=(m.denominator_event, m.denominator or "count")
                 if m.aggregation == "ratio" and m.denominator_event is not None
                 else None,
+                quantile=m.quantile if m.is_quantile else None,
             )
         )
     return specs
@@ -260,7 +274,14 @@ async def analyse_subject(
 
     async def compute() -> tuple[dict[str, dict[str, ArmAggregate]], dict[str, float | None]]:
         found: dict[str, float | None] = {}
-        sums = await arm_moments(session, project_id, kind, subject, specs, cuped=cuped, caps=found)
+        means = [spec for spec in specs if spec.quantile is None]
+        sums = await arm_moments(session, project_id, kind, subject, means, cuped=cuped, caps=found)
+        for spec in specs:
+            if spec.quantile is not None:
+                by_arm = await arm_quantiles(session, project_id, kind, subject, spec)
+                sums[spec.key] = {
+                    arm: ArmAggregate(q.summary(), q.units_with_events) for arm, q in by_arm.items()
+                }
         return sums, found
 
     aggregates, caps = await cached(
@@ -282,7 +303,7 @@ async def analyse_subject(
             by_arm.get(control, EMPTY).moments,
             {arm: by_arm.get(arm, EMPTY).moments for arm in arms if arm != control},
             engine=engine,  # type: ignore[arg-type]
-            ratio=metric.is_ratio,
+            ratio=metric.is_ratio or metric.is_quantile,  # the normal test and intervals
             alpha=ALPHA,
             cuped=cuped,
             direction=metric.direction,  # type: ignore[arg-type]
@@ -315,7 +336,7 @@ async def analyse_subject(
             notes.append(metric.meaning())
         blocks[metric.key] = {
             "metric": metric.describe(),
-            "ratio": result.ratio,
+            "ratio": metric.is_ratio,
             "variants": variants,
             "cuped": (
                 {
