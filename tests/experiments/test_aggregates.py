@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from control_plane.analysis.arms import Arm
 from control_plane.analysis.moments import Moments
 from control_plane.db.engine import make_async_engine
 from control_plane.db.migrate import upgrade
@@ -27,9 +28,10 @@ from control_plane.domain.results.aggregates import (
 DAY = 24 * 3600 * 1000
 
 
-def raw(moments: Moments) -> Moments:
+def raw(moments: Arm) -> Moments:
     """The sums about zero (the SQL takes them about one unit's values), to compare with sums
     computed here directly."""
+    assert isinstance(moments, Moments)
     return moments.shifted(0.0, 0.0, 0.0, 0.0)
 
 
