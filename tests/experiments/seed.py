@@ -11,7 +11,7 @@ from sqlalchemy import Engine, create_engine, insert, select
 
 from control_plane.db.engine import sync_url
 from control_plane.db.ingest import advance_statement
-from control_plane.db.models import Event, Experiment, Exposure, Project
+from control_plane.db.models import Event, Experiment, Exposure, ExposureAttribute, Project
 from tests.conftest import Api
 
 DAY_MS = 24 * 3600 * 1000
@@ -147,6 +147,61 @@ def seed_rows(
                         for unit, name, value, ts in events
                     ],
                 )
+        advance(engine)
+    finally:
+        engine.dispose()
+
+
+def seed_attributes(api: Api, experiment_key: str, name: str, values: Mapping[str, str]) -> None:
+    """A captured attribute ``name`` per unit, as a first exposure writes it."""
+    engine = create_engine(sync_url(api.database_url))
+    try:
+        with engine.begin() as connection:
+            project = connection.scalar(select(Project.id).where(Project.key == "default"))
+            subject = connection.scalar(
+                select(Experiment.id).where(Experiment.key == experiment_key)
+            )
+            connection.execute(
+                insert(ExposureAttribute),
+                [
+                    {
+                        "project_id": project,
+                        "kind": "experiment",
+                        "subject": subject,
+                        "name": name,
+                        "unit": unit,
+                        "value": value,
+                    }
+                    for unit, value in values.items()
+                ],
+            )
+        advance(engine)
+    finally:
+        engine.dispose()
+
+
+def seed_props(api: Api, events: Sequence[tuple[str, str, dict[str, Any], int]]) -> None:
+    """Events ``(unit, event, props, ts)`` without a value."""
+    engine = create_engine(sync_url(api.database_url))
+    try:
+        with engine.begin() as connection:
+            project = connection.scalar(select(Project.id).where(Project.key == "default"))
+            connection.execute(
+                insert(Event),
+                [
+                    {
+                        "project_id": project,
+                        "event_id": f"props-{next(_ids)}",
+                        "unit": unit,
+                        "event": name,
+                        "props": props,
+                        "ts": ts,
+                        "received_at": ts,
+                        "source": "server",
+                    }
+                    for unit, name, props, ts in events
+                ],
+            )
         advance(engine)
     finally:
         engine.dispose()

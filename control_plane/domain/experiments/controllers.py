@@ -66,15 +66,25 @@ class ExperimentController(Controller):
     @get(
         "/{id_or_key:str}",
         summary="An experiment with its results",
-        description="Query `mde` (relative, default 0.05): the effect the power block sizes for.",
+        description="Query `mde` (relative, default 0.05): the effect the power block sizes for. "
+        "`dimension`: also the results per slice of an attribute the experiment captures with "
+        "its exposures (one of its `dimensions`) or of a property of the units' first event of a "
+        "name (`event:<event>:<property>`): the `top` values (default 10), `other` and `none`, "
+        "slices with fewer than `minUnits` units in an arm (default 100) shown but not tested, "
+        "p-values adjusted across slices (Holm).",
     )
     async def get_experiment(
         self,
         ctx: Ctx,
         id_or_key: FromPath[str],
         mde: FromQuery[float | None] = None,
+        dimension: FromQuery[str | None] = None,
+        top: FromQuery[int | None] = None,
+        min_units: Annotated[int | None, QueryParameter(name="minUnits")] = None,
     ) -> s.ExperimentWithResults:
-        return await services.with_results(ctx, id_or_key, mde)
+        return await services.with_results(
+            ctx, id_or_key, mde, dimension=dimension, top=top, min_units=min_units
+        )
 
     @get(
         "/{id_or_key:str}/timeseries",

@@ -672,10 +672,18 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
 
 
 async def with_results(
-    scope: Scope, id_or_key: str, target_effect: float | None = None
+    scope: Scope,
+    id_or_key: str,
+    target_effect: float | None = None,
+    *,
+    dimension: str | None = None,
+    top: int | None = None,
+    min_units: int | None = None,
 ) -> s.ExperimentWithResults:
     """The experiment and its results against its metrics (``goal`` as conversion if none);
-    ``target_effect`` (relative) is the effect whose sample size the power block estimates."""
+    ``target_effect`` (relative) is the effect whose sample size the power block estimates;
+    ``dimension`` splits them (see :mod:`control_plane.domain.results.slices`)."""
+    from control_plane.domain.results.slices import check_limits, parse_dimension
     from control_plane.domain.results.subject import DEFAULT_TARGET_EFFECT, analyse_subject
 
     if target_effect is not None and not (
@@ -691,6 +699,18 @@ async def with_results(
         )
 
     row = await find(scope, id_or_key)
+    split = None
+    if dimension is not None:
+        limits = check_limits(top, min_units)
+        slicer = parse_dimension(dimension, row.dimensions or [])
+        problems = (limits if isinstance(limits, list) else []) + (
+            [slicer] if isinstance(slicer, FieldError) else []
+        )
+        if problems:
+            raise invalid_many(problems)
+        assert isinstance(limits, tuple)
+        assert not isinstance(slicer, FieldError)
+        split = (dimension, slicer, *limits)
     out = await experiment_out(scope, row)
     primary, guardrails = await _metric_defs(scope, row)
     weights = {x["key"]: float(x["weight"]) for x in row.variants if x.get("weight") is not None}
@@ -714,6 +734,7 @@ async def with_results(
         prior_sd=scope.bayesian_prior_sd,
         target_effect=target_effect if target_effect is not None else DEFAULT_TARGET_EFFECT,
         running_days=running_days,
+        dimension=split,
     )
     await decisions.announce(scope, row, results)
     return s.ExperimentWithResults(

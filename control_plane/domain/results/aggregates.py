@@ -39,9 +39,9 @@ import asyncio
 import itertools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     CompoundSelect,
@@ -65,7 +65,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from control_plane.analysis.arms import Arm
 from control_plane.analysis.moments import Moments
-from control_plane.db.models import Event, Exposure
+from control_plane.db.models import Event, Exposure, ExposureAttribute
 
 CUPED_WINDOW_MS = 14 * 24 * 3600 * 1000
 
@@ -222,6 +222,69 @@ def _per_unit(
     return y, z, converted
 
 
+@dataclass(frozen=True, slots=True)
+class Slicer:
+    """What splits the exposed units into slices: each unit's value of a ``dimension`` — a
+    context attribute captured with its exposure (``exposure_attributes``), or the property
+    ``prop`` of its first ``event`` at or after exposure — mapped to the index of its slice:
+    the position of the value in ``values`` (the top N), ``NONE`` when the unit has no value,
+    ``OTHER`` for any other value."""
+
+    attribute: str | None = None
+    event: str | None = None
+    prop: str | None = None
+    values: tuple[str, ...] = ()
+
+    def source(self, project_id: str, kind: str, subject: str) -> Any:
+        """A subquery of (unit, value) for the subject's units (at most one row per unit)."""
+        if self.attribute is not None:
+            return (
+                select(ExposureAttribute.unit.label("unit"), ExposureAttribute.value.label("value"))
+                .where(
+                    ExposureAttribute.project_id == project_id,
+                    ExposureAttribute.kind == kind,
+                    ExposureAttribute.subject == subject,
+                    ExposureAttribute.name == self.attribute,
+                )
+                .subquery()
+            )
+        assert self.event is not None
+        assert self.prop is not None
+        # per exposed unit, one probe of ix_events_analysis (project, event, unit, ts): a plan
+        # that cannot go quadratic on tables the planner has no statistics of yet
+        first = (
+            select(Event.props[self.prop].as_string())
+            .where(
+                Event.project_id == Exposure.project_id,
+                Event.event == self.event,
+                Event.unit == Exposure.unit,
+                Event.ts >= Exposure.exposed_at,
+            )
+            .order_by(Event.ts, Event.event_id)
+            .limit(1)
+            .correlate(Exposure)
+            .scalar_subquery()
+        )
+        return (
+            select(Exposure.unit.label("unit"), first.label("value"))
+            .where(
+                Exposure.project_id == project_id,
+                Exposure.kind == kind,
+                Exposure.subject == subject,
+            )
+            .subquery()
+        )
+
+    def index(self, value: ColumnElement[Any]) -> ColumnElement[int]:
+        """The slice index of ``value`` (a joined row's)."""
+        whens: list[tuple[ColumnElement[bool], int]] = [(value.is_(None), NONE)]
+        whens += [(value == v, i) for i, v in enumerate(self.values)]
+        return case(*whens, else_=OTHER)
+
+
+NONE, OTHER = -1, -2  # slice indexes of the units without a value, and of the rest
+
+
 def _unit_rows(
     project_id: str,
     kind: str,
@@ -230,9 +293,10 @@ def _unit_rows(
     cuped: bool,
     dialect: str,
     units: tuple[str | None, str | None] = (None, None),
+    slicer: Slicer | None = None,
 ) -> tuple[Select[Any], list[_Shape]]:
     """One row per exposed unit (in ``units``, a half-open range) that has matching events: its
-    arm and per-metric values."""
+    arm and per-metric values, and with a ``slicer`` its slice index (``slice``)."""
     # Without CUPED the join keeps only events at or after the exposure already.
     after = Event.ts >= Exposure.exposed_at if cuped else _ALWAYS
     before = and_(Event.ts < Exposure.exposed_at, Event.ts >= Exposure.exposed_at - CUPED_WINDOW_MS)
@@ -259,13 +323,13 @@ def _unit_rows(
         Event.ts >= window_start,
     )
     where = exposed_units(project_id, kind, subject, units)
-    query = (
-        select(func.min(Exposure.arm).label("arm"), *columns)
-        .select_from(Exposure)
-        .join(Event, joined)
-        .where(where)
-        .group_by(Exposure.unit)
-    )
+    query = select(func.min(Exposure.arm).label("arm"), *columns).select_from(Exposure)
+    if slicer is not None:
+        values = slicer.source(project_id, kind, subject)
+        query = query.outerjoin(values, values.c.unit == Exposure.unit).add_columns(
+            func.min(slicer.index(values.c.value)).label("slice")
+        )
+    query = query.join(Event, joined).where(where).group_by(Exposure.unit)
     return query, shapes
 
 
@@ -288,7 +352,8 @@ def exposed_units(
 
 def _arm_sums(unit_rows: Select[Any], shapes: Sequence[_Shape]) -> Select[Any]:
     per_unit = unit_rows.subquery()
-    return select(per_unit.c.arm, *_sum_columns(per_unit, shapes)).group_by(per_unit.c.arm)
+    keys = [per_unit.c.arm, *([per_unit.c.slice] if "slice" in per_unit.c else [])]
+    return select(*keys, *_sum_columns(per_unit, shapes)).group_by(*keys)
 
 
 def _sums_and_largest(
@@ -583,11 +648,11 @@ async def _postgres_sums(
 
 def _merge_parts(
     metrics: Sequence[MetricSpec], groups: Sequence[list[MetricSpec]], parts: Sequence[list[Any]]
-) -> tuple[dict[str, dict[str, Any]], dict[int, list[tuple[str, float, float]]]]:
+) -> tuple[dict[Any, dict[str, Any]], dict[int, list[tuple[str, float, float]]]]:
     """The queries' rows added up into one row per arm, each sum named by its metric's position
     in ``metrics``; and the (arm, y, z) of the largest values that ``top`` rows carry."""
     position = {id(m): i for i, m in enumerate(metrics)}
-    sums: dict[str, dict[str, Any]] = {}
+    sums: dict[Any, dict[str, Any]] = {}
     top_values: dict[int, list[tuple[str, float, float]]] = {}
     for group, rows in zip(groups, parts, strict=True):
         for row in rows:
@@ -598,7 +663,7 @@ def _merge_parts(
                     (row["arm"], float(row["sc0"]), float(row["sy0"] or 0.0))
                 )
                 continue
-            into = sums.setdefault(row["arm"], {})
+            into = sums.setdefault(_key_of(row), {})
             for local, metric in enumerate(group):
                 for name in _SUMS:
                     value = row.get(f"{name}{local}")
@@ -608,10 +673,18 @@ def _merge_parts(
     return sums, top_values
 
 
+def _key_of(row: Mapping[str, Any]) -> Any:
+    """A sums row's key: its arm, or (arm, slice index) when the units are sliced."""
+    return (row["arm"], int(row["slice"])) if "slice" in row else row["arm"]
+
+
+K = TypeVar("K", bound=Hashable)
+
+
 def _aggregates(
-    counts: Mapping[str, int], sums: Mapping[str, Mapping[str, Any]], shapes: Sequence[_Shape]
-) -> dict[str, dict[str, ArmAggregate]]:
-    aggregates: dict[str, dict[str, ArmAggregate]] = {shape.key: {} for shape in shapes}
+    counts: Mapping[K, int], sums: Mapping[K, Mapping[str, Any]], shapes: Sequence[_Shape]
+) -> dict[str, dict[K, ArmAggregate]]:
+    aggregates: dict[str, dict[K, ArmAggregate]] = {shape.key: {} for shape in shapes}
     for arm, exposed in counts.items():
         row = sums.get(arm, {})
         for index, shape in enumerate(shapes):
@@ -629,6 +702,70 @@ def _aggregates(
                 + Moments.zeros(max(exposed - joined, 0), **shifts),  # a unit exposed meanwhile
             )
     return aggregates
+
+
+async def value_counts(
+    session: AsyncSession, project_id: str, kind: str, subject: str, slicer: Slicer
+) -> dict[tuple[str, str | None], int]:
+    """Exposed units per (arm, the unit's value of the slicer's dimension; ``None``: none)."""
+    values = slicer.source(project_id, kind, subject)
+    rows = await session.execute(
+        select(Exposure.arm, values.c.value, func.count())
+        .select_from(Exposure)
+        .outerjoin(values, values.c.unit == Exposure.unit)
+        .where(
+            Exposure.project_id == project_id,
+            Exposure.kind == kind,
+            Exposure.subject == subject,
+        )
+        .group_by(Exposure.arm, values.c.value)
+    )
+    return {(arm, value): int(n) for arm, value, n in rows.all()}
+
+
+async def slice_moments(
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    metrics: Sequence[MetricSpec],
+    *,
+    cuped: bool,
+    slicer: Slicer,
+    exposed: Mapping[tuple[str, int], int],
+) -> dict[str, dict[tuple[str, int], ArmAggregate]]:
+    """``{metric key: {(arm, slice index): ArmAggregate}}``, the sums of :func:`arm_moments`
+    per slice of the exposed units (``exposed``: their number per arm and slice index).
+
+    ``metrics`` come with their caps resolved (a percentile cap is the whole experiment's, so
+    that a slice's units are capped as they are in the totals) and their shifts (any shift gives
+    the same statistics). The queries are the totals', with the slicer's values joined in unit
+    order and one more key to group by; on PostgreSQL the same ranges run at once."""
+    assert all(m.percentile is None and m.shift is not None for m in metrics)
+    engine = session.bind
+    shapes = [_Shape(m.key, m.is_ratio, cuped, m.shift or Shift()) for m in metrics]
+    if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql":
+        ranges = await unit_ranges(session, project_id, kind, subject)
+        groups = _by_events(metrics)
+        work = [(group, units) for group in groups for units in ranges]
+        parts = await postgres_all(
+            engine,
+            [
+                _arm_sums(
+                    _unit_rows(
+                        project_id, kind, subject, group, cuped, "postgresql", units, slicer
+                    )[0],
+                    [_Shape(m.key, m.is_ratio, cuped, m.shift or Shift()) for m in group],
+                )
+                for group, units in work
+            ],
+        )
+        sums, _ = _merge_parts(metrics, [group for group, _ in work], parts)
+    else:
+        rows, _ = _unit_rows(project_id, kind, subject, metrics, cuped, "sqlite", slicer=slicer)
+        result = await session.execute(_arm_sums(rows, shapes))
+        sums = {_key_of(row): dict(row) for row in result.mappings()}
+    return _aggregates(exposed, sums, shapes)
 
 
 # how far above the sample's estimate of the exposed units the top-j fetch reaches

@@ -31,10 +31,15 @@ from control_plane.db.models import Metric, SequentialLook
 from control_plane.domain.results.aggregates import (
     ArmAggregate,
     MetricSpec,
+    Slicer,
     arm_moments,
 )
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.quantiles import arm_quantiles
+from control_plane.domain.results.slices import CORRECTION, sliced_aggregates
+from control_plane.domain.results.slices import correct as correct_across_slices
+from control_plane.domain.results.slices import describe as describe_slice
+from control_plane.domain.results.slices import ordered as slices_in_order
 
 ALPHA = 0.05
 CAPPED = ("sum", "mean", "ratio")
@@ -251,6 +256,84 @@ async def _remember_looks(
     await session.flush()
 
 
+def analyse_metric(
+    metric: MetricDef,
+    by_arm: Mapping[str, ArmAggregate],
+    arms: Sequence[str],
+    control: str,
+    *,
+    engine: str,
+    cuped: bool,
+    prior_sd: float | None,
+    previous: Mapping[str, float | None] | None = None,
+    bounds: Mapping[str, SequentialBounds] | None = None,
+) -> AnalysisResult:
+    """The experiment's engine on one metric's arms."""
+    return analyse(
+        by_arm.get(control, EMPTY).moments,
+        {arm: by_arm.get(arm, EMPTY).moments for arm in arms if arm != control},
+        engine=engine,  # type: ignore[arg-type]
+        ratio=metric.is_ratio or metric.is_quantile,  # the normal test and intervals
+        alpha=ALPHA,
+        cuped=cuped,
+        direction=metric.direction,  # type: ignore[arg-type]
+        previous_p_values=previous,
+        previous_bounds=bounds,
+        prior_sd=prior_sd,
+    )
+
+
+def metric_block(
+    metric: MetricDef,
+    result: AnalysisResult,
+    by_arm: Mapping[str, ArmAggregate],
+    arms: Sequence[str],
+    control: str,
+    exposed: Mapping[str, int],
+    cap: float | None,
+    *,
+    tested: bool = True,
+) -> dict[str, Any]:
+    """One metric's block of the results: per variant its numbers and (``tested``) its
+    comparison with the control, CUPED, capping and notes."""
+    variants = []
+    for arm in arms:
+        summary = result.control if arm == control else result.treatments.get(arm)
+        with_events = by_arm.get(arm, EMPTY).converted
+        variants.append(
+            {
+                "key": arm,
+                "exposed": exposed.get(arm, 0),
+                "conversions": with_events,
+                "unitsWithEvents": with_events,
+                "rate": _finite(summary.mean) if summary else None,
+                "stdError": _finite(summary.std_error) if summary else None,
+                "adjustedRate": _finite(summary.adjusted_mean) if summary else None,
+                **(_comparison_json(result.comparisons.get(arm)) if tested else {}),
+            }
+        )
+    notes = list(result.notes)
+    if metric.aggregation != "conversion":
+        notes.append(metric.meaning())
+    return {
+        "metric": metric.describe(),
+        "ratio": metric.is_ratio,
+        "variants": variants,
+        "cuped": (
+            {
+                "applied": result.cuped.applied,
+                "theta": _finite(result.cuped.theta),
+                "varianceReduction": _finite(result.cuped.variance_reduction),
+                "note": result.cuped.reason,
+            }
+            if result.cuped is not None
+            else None
+        ),
+        "capping": capping_block(metric, cap),
+        "notes": notes,
+    }
+
+
 async def analyse_subject(
     session: AsyncSession,
     project_id: str,
@@ -267,8 +350,11 @@ async def analyse_subject(
     prior_sd: float | None = 0.3,
     target_effect: float = DEFAULT_TARGET_EFFECT,
     running_days: float | None = None,
+    dimension: tuple[str, Slicer, int, int] | None = None,
 ) -> dict[str, Any]:
-    """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag)."""
+    """The ``results`` block for an experiment (``kind`` experiment) or a flag (``kind`` flag);
+    with a ``dimension`` (its name, slicer, top and minimum units) also the results per slice
+    (:mod:`control_plane.domain.results.slices`)."""
     metrics = [primary, *guardrails]
     specs = metric_specs(metrics)
 
@@ -299,58 +385,24 @@ async def analyse_subject(
             if engine == "sequential"
             else (None, None)
         )
-        result = analyse(
-            by_arm.get(control, EMPTY).moments,
-            {arm: by_arm.get(arm, EMPTY).moments for arm in arms if arm != control},
-            engine=engine,  # type: ignore[arg-type]
-            ratio=metric.is_ratio or metric.is_quantile,  # the normal test and intervals
-            alpha=ALPHA,
+        result = analyse_metric(
+            metric,
+            by_arm,
+            arms,
+            control,
+            engine=engine,
             cuped=cuped,
-            direction=metric.direction,  # type: ignore[arg-type]
-            previous_p_values=previous,
-            previous_bounds=bounds,
             prior_sd=prior_sd,
+            previous=previous,
+            bounds=bounds,
         )
         if engine == "sequential":
             await _remember_looks(session, subject, metric.key, result)
         comparisons[metric.key] = result.comparisons
         results_by_metric[metric.key] = result
-        variants = []
-        for arm in arms:
-            summary = result.control if arm == control else result.treatments.get(arm)
-            with_events = by_arm.get(arm, EMPTY).converted
-            variants.append(
-                {
-                    "key": arm,
-                    "exposed": exposed[arm],
-                    "conversions": with_events,
-                    "unitsWithEvents": with_events,
-                    "rate": _finite(summary.mean) if summary else None,
-                    "stdError": _finite(summary.std_error) if summary else None,
-                    "adjustedRate": _finite(summary.adjusted_mean) if summary else None,
-                    **_comparison_json(result.comparisons.get(arm)),
-                }
-            )
-        notes = list(result.notes)
-        if metric.aggregation != "conversion":
-            notes.append(metric.meaning())
-        blocks[metric.key] = {
-            "metric": metric.describe(),
-            "ratio": metric.is_ratio,
-            "variants": variants,
-            "cuped": (
-                {
-                    "applied": result.cuped.applied,
-                    "theta": _finite(result.cuped.theta),
-                    "varianceReduction": _finite(result.cuped.variance_reduction),
-                    "note": result.cuped.reason,
-                }
-                if result.cuped is not None
-                else None
-            ),
-            "capping": capping_block(metric, caps.get(metric.key)),
-            "notes": notes,
-        }
+        blocks[metric.key] = metric_block(
+            metric, result, by_arm, arms, control, exposed, caps.get(metric.key)
+        )
     winner, why = decide_winner(
         comparisons[primary.key],
         {g.key: comparisons[g.key] for g in guardrails},
@@ -362,6 +414,25 @@ async def analyse_subject(
         why = f"{why}; sample ratio mismatch (p={srm.p_value:.2g}): check assignment before trusting this"
     primary_block = blocks[primary.key]
     primary_result = results_by_metric[primary.key]
+    split = (
+        await _dimension_block(
+            session,
+            project_id,
+            kind,
+            subject,
+            metrics,
+            specs,
+            caps,
+            arms,
+            control,
+            engine=engine,
+            cuped=cuped,
+            prior_sd=prior_sd,
+            dimension=dimension,
+        )
+        if dimension is not None
+        else None
+    )
     return {
         "engine": engine,
         "alpha": ALPHA,
@@ -385,6 +456,85 @@ async def analyse_subject(
             primary_result, sum(exposed.values()), target_effect, running_days, len(arms)
         ),
         "notes": primary_block["notes"],
+        **({"dimension": split} if split is not None else {}),
+    }
+
+
+async def _dimension_block(
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    metrics: Sequence[MetricDef],
+    specs: Sequence[MetricSpec],
+    caps: Mapping[str, float | None],
+    arms: Sequence[str],
+    control: str,
+    *,
+    engine: str,
+    cuped: bool,
+    prior_sd: float | None,
+    dimension: tuple[str, Slicer, int, int],
+) -> dict[str, Any]:
+    """The results per slice of ``dimension``: each slice's units per arm and, per metric, the
+    block of the totals, tested when every arm has ``min_units``, corrected across slices."""
+    name, slicer, top, min_units = dimension
+
+    async def compute() -> Any:
+        return await sliced_aggregates(
+            session, project_id, kind, subject, specs, caps, cuped=cuped, slicer=slicer, top=top
+        )
+
+    key = ("slices", project_id, kind, subject, tuple(specs), cuped, slicer, top)
+    slicer, exposed, aggregates = await cached(session, key, compute)
+    slices = []
+    tested_blocks: dict[str, list[dict[str, Any]]] = {m.key: [] for m in metrics}
+    for index in slices_in_order(list(exposed), slicer.values):
+        units = exposed[index]
+        tested = all(units.get(arm, 0) >= min_units for arm in arms)
+        blocks = []
+        for metric in metrics:
+            if metric.is_quantile:
+                continue
+            by_arm = aggregates[index].get(metric.key, {})
+            result = analyse_metric(
+                metric, by_arm, arms, control, engine=engine, cuped=cuped, prior_sd=prior_sd
+            )
+            block = metric_block(
+                metric, result, by_arm, arms, control, units, caps.get(metric.key), tested=tested
+            )
+            blocks.append(block)
+            if tested:
+                tested_blocks[metric.key].append(block)
+        slices.append(
+            {
+                **describe_slice(index, slicer.values),
+                "exposed": sum(units.values()),
+                "tested": tested,
+                "note": None
+                if tested
+                else f"fewer than {min_units} exposed units in an arm: shown, not tested",
+                "metrics": blocks,
+            }
+        )
+    if engine != "bayesian":
+        for blocks in tested_blocks.values():
+            correct_across_slices(blocks, control, ALPHA)
+    notes = [
+        f"the {len(slicer.values)} values with the most exposed units have a slice each; "
+        "'other' holds the rest and 'none' the units without a value: slices add up to the totals"
+    ]
+    if engine == "bayesian":
+        notes.append("the bayesian engine has no p-values: each slice's chances are its own")
+    if any(m.is_quantile for m in metrics):
+        notes.append("quantile metrics are not split by dimension")
+    return {
+        "name": name,
+        "top": top,
+        "minUnits": min_units,
+        "correction": CORRECTION if engine != "bayesian" else None,
+        "slices": slices,
+        "notes": notes,
     }
 
 

@@ -1,0 +1,181 @@
+"""Results by dimension: the experiment's results again in each slice of its units.
+
+A dimension is a context attribute the experiment captures with each exposure (its
+``dimensions``: ``country``, ``plan``, ``/device/os``), or a property of a unit's first event of
+a name at or after its exposure (``event:<event>:<property>``, e.g. ``event:session:browser``).
+Each exposed unit falls in one slice: one of the ``top`` values with the most exposed units,
+``other`` (any other value), or ``none`` (no value), so the slices' units, conversions and sums
+add up to the totals. Per slice, each metric gets the block the totals get, from the same SQL
+sums grouped by one more key (:func:`~control_plane.domain.results.aggregates.slice_moments`),
+with the totals' percentile caps and shifts.
+
+A slice with fewer than ``minUnits`` exposed units in some arm is shown but not tested. Across
+the tested slices, each metric's p-values (every slice and treatment) are adjusted by Holm's
+step-down procedure, which holds the family-wise error rate at alpha whatever the dependence
+between slices: a slice is ``significant`` only when its adjusted p-value is below alpha (and,
+as always, its intervals lie on one side of 0). Holm rather than Benjamini-Hochberg: a slice
+read as "it won in Germany" is a claim about that slice, and one false claim among twenty
+slices is what a reader of a breakdown fears most. The Bayesian engine has no p-values; its
+slices' chances are each their own, and the block says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from control_plane.analysis.multiplicity import holm_by_key
+from control_plane.analysis.results import interval_sign
+from control_plane.domain.results.aggregates import (
+    NONE,
+    OTHER,
+    ArmAggregate,
+    MetricSpec,
+    Slicer,
+    slice_moments,
+    value_counts,
+    with_shifts,
+)
+from control_plane.errors import FieldError
+
+DEFAULT_TOP = 10
+MAX_TOP = 50
+DEFAULT_MIN_UNITS = 100
+CORRECTION = "holm"
+EVENT_PREFIX = "event:"
+
+
+def parse_dimension(text: str, declared: Sequence[str]) -> Slicer | FieldError:
+    """The slicer a ``dimension`` parameter names, or why it names none."""
+    if text.startswith(EVENT_PREFIX):
+        event, _, prop = text[len(EVENT_PREFIX) :].rpartition(":")
+        if not event or not prop:
+            return FieldError(
+                "dimension",
+                "an event's property is event:<event>:<property>, e.g. event:session:browser",
+            )
+        return Slicer(event=event, prop=prop)
+    if text not in declared:
+        named = ", ".join(declared) if declared else "none"
+        return FieldError(
+            "dimension",
+            f"one of the experiment's dimensions (captured with its exposures: {named}) or "
+            "event:<event>:<property>",
+        )
+    return Slicer(attribute=text)
+
+
+def check_limits(top: int | None, min_units: int | None) -> tuple[int, int] | list[FieldError]:
+    problems = []
+    if top is not None and not 1 <= top <= MAX_TOP:
+        problems.append(
+            FieldError("top", f"how many values get a slice of their own: 1 to {MAX_TOP}")
+        )
+    if min_units is not None and not 2 <= min_units <= 10_000_000:
+        problems.append(
+            FieldError(
+                "minUnits", "the fewest exposed units per arm a slice is tested with: 2 or more"
+            )
+        )
+    if problems:
+        return problems
+    return (top or DEFAULT_TOP, min_units or DEFAULT_MIN_UNITS)
+
+
+def top_values(counts: Mapping[tuple[str, str | None], int], top: int) -> tuple[str, ...]:
+    """The ``top`` values with the most exposed units (ties by value)."""
+    totals: dict[str, int] = {}
+    for (_, value), n in counts.items():
+        if value is not None:
+            totals[value] = totals.get(value, 0) + n
+    return tuple(sorted(totals, key=lambda v: (-totals[v], v))[:top])
+
+
+def slice_index(value: str | None, values: Sequence[str]) -> int:
+    if value is None:
+        return NONE
+    return values.index(value) if value in values else OTHER
+
+
+async def sliced_aggregates(
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    specs: Sequence[MetricSpec],
+    caps: Mapping[str, float | None],
+    *,
+    cuped: bool,
+    slicer: Slicer,
+    top: int,
+) -> tuple[Slicer, dict[int, dict[str, int]], dict[int, dict[str, dict[str, ArmAggregate]]]]:
+    """The slicer with its top values, the exposed units per slice and arm, and per slice the
+    metrics' per-arm aggregates (quantile metrics left out)."""
+    counts = await value_counts(session, project_id, kind, subject, slicer)
+    slicer = replace(slicer, values=top_values(counts, top))
+    exposed: dict[tuple[str, int], int] = {}
+    for (arm, value), n in counts.items():
+        key = (arm, slice_index(value, slicer.values))
+        exposed[key] = exposed.get(key, 0) + n
+    resolved = [
+        replace(s, cap=caps.get(s.key) if s.percentile is not None else s.cap, percentile=None)
+        for s in specs
+        if s.quantile is None
+    ]
+    resolved = await with_shifts(session, project_id, kind, subject, resolved, cuped=cuped)
+    sums = await slice_moments(
+        session, project_id, kind, subject, resolved, cuped=cuped, slicer=slicer, exposed=exposed
+    )
+    by_slice: dict[int, dict[str, int]] = {}
+    for (arm, index), n in exposed.items():
+        by_slice.setdefault(index, {})[arm] = n
+    aggregates: dict[int, dict[str, dict[str, ArmAggregate]]] = {i: {} for i in by_slice}
+    for metric_key, per in sums.items():
+        for (arm, index), aggregate in per.items():
+            aggregates[index].setdefault(metric_key, {})[arm] = aggregate
+    return slicer, by_slice, aggregates
+
+
+def ordered(indexes: Sequence[int], values: Sequence[str]) -> list[int]:
+    """The slices in reading order: the top values by units, then other, then none."""
+    present = set(indexes)
+    return [i for i in range(len(values)) if i in present] + [
+        i for i in (OTHER, NONE) if i in present
+    ]
+
+
+def describe(index: int, values: Sequence[str]) -> dict[str, Any]:
+    if index == OTHER:
+        return {"value": None, "slice": "other"}
+    if index == NONE:
+        return {"value": None, "slice": "none"}
+    return {"value": values[index], "slice": "value"}
+
+
+_INTERVALS = {
+    "ci_low": "ciLow",
+    "ci_high": "ciHigh",
+    "difference_ci_low": "differenceCiLow",
+    "difference_ci_high": "differenceCiHigh",
+}
+
+
+def correct(blocks: Sequence[dict[str, Any]], control: str, alpha: float) -> None:
+    """Holm across the tested slices' comparisons of one metric (``blocks``: its block in each
+    tested slice), in place: ``pValueAdjusted`` and ``significant``."""
+    p_values: dict[tuple[int, str], float | None] = {}
+    for position, block in enumerate(blocks):
+        for variant in block["variants"]:
+            if variant["key"] != control and "pValue" in variant:
+                p_values[(position, variant["key"])] = variant["pValue"]
+    adjusted = holm_by_key(p_values)
+    for (position, arm), value in adjusted.items():
+        variant = next(v for v in blocks[position]["variants"] if v["key"] == arm)
+        variant["pValueAdjusted"] = value
+        intervals = {name: variant.get(field) for name, field in _INTERVALS.items()}
+        variant["significant"] = (
+            value is not None and value < alpha and interval_sign(intervals) != 0
+        )
