@@ -35,6 +35,7 @@ def experiment_snapshot(
         version=row.version,
         variants=tuple(msgspec.convert(x, w.ExperimentVariant) for x in row.variants),
         unit_kind=row.unit_kind,
+        dimensions=tuple(row.dimensions or ()),
         layer=layer,
         layer_range=(
             (row.range_start, row.range_end)

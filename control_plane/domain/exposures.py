@@ -23,11 +23,12 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from control_plane.db.models import Experiment, Exposure, Flag, Holdout
+from control_plane.db.models import Experiment, Exposure, ExposureAttribute, Flag, Holdout
 from control_plane.domain import allocation
 from shared.engine.experiments import (
     GENERAL,
     HOLDOUT,
+    captured_dimensions,
     exposure_claim_problem,
     flag_exposure_claim_problem,
 )
@@ -42,13 +43,24 @@ class FirstExposure:
     unit: str
     arm: str
     exposed_at: int
+    # the experiment's dimensions captured with it: (name, value) pairs
+    attributes: tuple[tuple[str, str], ...] = ()
+
+
+_ATTRIBUTE_ROWS = 2_000
 
 
 async def record(session: AsyncSession, project_id: str, exposures: Sequence[FirstExposure]) -> int:
-    """Insert first exposures; returns how many were new."""
+    """Insert first exposures, and the dimensions captured with them (each attribute's first
+    value wins); returns how many exposures were new."""
     if not exposures:
         return 0
-    rows = [
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    attributes = {
+        (e.kind, e.subject, name, e.unit): value for e in exposures for name, value in e.attributes
+    }
+    exposure_rows = [
         {
             "project_id": project_id,
             "kind": e.kind,
@@ -59,11 +71,28 @@ async def record(session: AsyncSession, project_id: str, exposures: Sequence[Fir
         }
         for e in exposures
     ]
-    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    rows = [
+        {
+            "project_id": project_id,
+            "kind": kind,
+            "subject": subject,
+            "name": name,
+            "unit": unit,
+            "value": value,
+        }
+        for (kind, subject, name, unit), value in attributes.items()
+    ]
+    for start in range(0, len(rows), _ATTRIBUTE_ROWS):  # within SQLite's bound variables
+        await session.execute(
+            insert(ExposureAttribute)
+            .values(rows[start : start + _ATTRIBUTE_ROWS])
+            .on_conflict_do_nothing(
+                index_elements=["project_id", "kind", "subject", "name", "unit"]
+            )
+        )
     statement = (
         insert(Exposure)
-        .values(rows)
+        .values(exposure_rows)
         .on_conflict_do_nothing(index_elements=["project_id", "kind", "subject", "unit"])
         .returning(Exposure.unit)
     )
@@ -172,7 +201,10 @@ class Claims:
             if problem is not None:
                 return None, problem
         row = self.experiments[props["experiment"]]
-        return FirstExposure("experiment", row.id, item.unit, props["variant"], ts), None
+        captured = captured_dimensions(props.get("dimensions"), row.dimensions or ())
+        return FirstExposure(
+            "experiment", row.id, item.unit, props["variant"], ts, tuple(captured.items())
+        ), None
 
     def _holdout(
         self, item: EventIn, props: dict[str, Any], ts: int, *, trusted: bool

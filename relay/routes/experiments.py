@@ -46,7 +46,7 @@ from relay.routes.events import invalid, malformed
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
 from shared.engine import Evaluation
-from shared.engine.experiments import Placement, place, url_matches
+from shared.engine.experiments import Placement, dimension_values, place, url_matches
 from shared.wire import events
 from shared.wire.body import MalformedBody, decode
 from shared.wire.events import convert_problem
@@ -62,6 +62,8 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     url: str | None = None
     expose: bool = True  # False: list without recording (the tracker exposes what it shows)
     units: dict[str, str] | None = None  # keys of other context kinds than the user
+    # the unit's context (LaunchDarkly's shape): the experiments' dimensions are read from it
+    context: dict[str, Any] | None = None
 
     def unit_of(self, experiment: ExperimentSnapshot) -> tuple[str, str] | None:
         """(the key, the qualified unit) the experiment randomizes on, None if not given."""
@@ -154,25 +156,31 @@ class ExperimentRoutes:
         experiment: ExperimentSnapshot,
         unit: tuple[str, str],
         placement: Placement,
-        url: str | None,
+        body: _Body,
+        admission: Admission,
         now: int,
     ) -> list[dict[str, Any]]:
         """The ``$exposure`` events to spool for a unit's placement here (to the experiment when
-        it is assigned, to the holdouts that cover it), leaving out those reported before."""
+        it is assigned, with the dimensions it captures; to the holdouts that cover it), leaving
+        out those reported before."""
         key, qualified = unit
         kind = experiment.unit_kind
-        found: list[tuple[str, dict[str, str]]] = [
+        found: list[tuple[str, dict[str, Any]]] = [
             (f"holdout:{holdout}:{qualified}", {"holdout": holdout, "group": group})
             for holdout, group in placement.holdouts
         ]
         if placement.assigned:
             variant = experiment.variants[placement.variant].key
-            found.append(
-                (
-                    f"exp:{experiment.key}:{qualified}",
-                    {"experiment": experiment.key, "variant": variant},
-                )
+            props: dict[str, Any] = {"experiment": experiment.key, "variant": variant}
+            captured = dimension_values(
+                body.context,
+                kind,
+                experiment.dimensions,
+                admission.caller.key.private_attributes,  # never spooled
             )
+            if captured:
+                props["dimensions"] = captured
+            found.append((f"exp:{experiment.key}:{qualified}", props))
         return [
             {
                 "unit": key,
@@ -181,10 +189,10 @@ class ExperimentRoutes:
                 "eventId": event_id,
                 "ts": now,
                 "source": "relay",
-                "props": props,
-                **({"url": url} if url else {}),
+                "props": found_props,
+                **({"url": body.url} if body.url else {}),
             }
-            for event_id, props in found
+            for event_id, found_props in found
             if self.seen.add(event_id)
         ]
 
@@ -213,7 +221,7 @@ class ExperimentRoutes:
                 continue
             running.append(render(experiment, placement.variant))
             if body.expose:
-                exposures += self._exposures(experiment, unit, placement, body.url, now)
+                exposures += self._exposures(experiment, unit, placement, body, admission, now)
         await self._record(exposures)
         return Response(200, msgspec.json.encode({"experiments": running}), admission.headers)
 
@@ -253,7 +261,9 @@ class ExperimentRoutes:
             exposes = experiment.type != "manual" or admission.trusted
             if placement.outcome != "outside" and exposes:
                 now = time.time_ns() // 1_000_000
-                await self._record(self._exposures(experiment, unit, placement, body.url, now))
+                await self._record(
+                    self._exposures(experiment, unit, placement, body, admission, now)
+                )
         return Response(200, msgspec.json.encode(answer), admission.headers)
 
 

@@ -21,12 +21,14 @@ path of the page URL (query and fragment ignored); a full URL pattern with schem
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from shared.engine.bucketing import experiment_bucket, holdout_bucket, layer_bucket
+from shared.wire.kinds import MULTI, USER, reference_names
 from shared.wire.snapshot import WEIGHT_SCALE, ExperimentSnapshot, HoldoutSnapshot
 
 HoldoutGroup = Literal["holdout", "general"]
@@ -247,3 +249,110 @@ def flag_exposure_claim_problem(
     if variation not in indexes:
         return "props.variation", f"flag {flag!r} has variations {sorted(indexes)}"
     return None
+
+
+MAX_DIMENSIONS = 10
+MAX_DIMENSION_VALUE = 200
+"""An experiment's dimensions (``dimensions``: the context attributes its exposures capture, to
+split its results by) are at most ten names or references (``/device/os``); a captured value is
+text of at most 200 characters."""
+
+
+def dimensions_problem(dimensions: Sequence[Any]) -> tuple[str, str] | None:
+    """Why ``dimensions`` cannot be an experiment's (the field, what is wrong), or None."""
+    if len(dimensions) > MAX_DIMENSIONS:
+        return "dimensions", f"at most {MAX_DIMENSIONS} attributes"
+    seen: set[tuple[str, ...]] = set()
+    for index, name in enumerate(dimensions):
+        field = f"dimensions[{index}]"
+        if (
+            not isinstance(name, str)
+            or not name.strip()
+            or len(name) > MAX_DIMENSION_VALUE
+            or "\x00" in name
+        ):
+            return field, f"an attribute name or reference, 1 to {MAX_DIMENSION_VALUE} characters"
+        try:
+            names = reference_names(name)
+        except ValueError as exc:
+            return field, str(exc)
+        if names in seen:
+            return field, f"{name!r} is listed twice"
+        if names in (("key",), ("kind",)):
+            return field, f"{name!r} is the unit itself, not an attribute to split by"
+        seen.add(names)
+    return None
+
+
+def dimension_text(value: Any) -> str | None:
+    """A captured value as stored: a string as it is, a boolean or finite number as JSON writes
+    it, cut to ``MAX_DIMENSION_VALUE`` characters; None for anything else, an empty string or
+    text with a NUL (no value)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        text = repr(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+    elif isinstance(value, str) and value:
+        text = value
+    else:
+        return None
+    if "\x00" in text:  # no event may carry one (``shared.wire.events``): no value
+        return None
+    return text[:MAX_DIMENSION_VALUE]
+
+
+def dimension_values(
+    context: Mapping[str, Any] | None,
+    kind: str,
+    dimensions: Sequence[str],
+    private: Collection[str] = (),
+) -> dict[str, str]:
+    """The values of an experiment's ``dimensions`` in a context as it arrives (LaunchDarkly's
+    shape: a plain context is a user, ``kind: "multi"`` holds a part per kind), read from the part
+    of the ``kind`` the experiment randomizes on; leaving out the ``private`` attributes of the key
+    that sent it (names or references, compared as the names they read)."""
+    if not context or not dimensions:
+        return {}
+    given = context.get("kind")
+    if given == MULTI:
+        part = context.get(kind)
+    else:
+        part = context if (given if given is not None else USER) == kind else None
+    if not isinstance(part, Mapping):
+        return {}
+    out: dict[str, str] = {}
+    for name in without_private(dimensions, private):
+        value: Any = part
+        for step in _names(name):
+            value = value.get(step) if isinstance(value, Mapping) else None
+        text = dimension_text(value)
+        if text is not None:
+            out[name] = text
+    return out
+
+
+def captured_dimensions(given: Any, dimensions: Sequence[str]) -> dict[str, str]:
+    """What an exposure's ``props.dimensions`` may record: the experiment's own dimensions with a
+    value of text (cut to ``MAX_DIMENSION_VALUE``); anything else in it is ignored."""
+    if not isinstance(given, Mapping) or not dimensions:
+        return {}
+    return {
+        name: text for name in dimensions if (text := dimension_text(given.get(name))) is not None
+    }
+
+
+def without_private(names: Iterable[str], private: Collection[str]) -> list[str]:
+    """``names`` (attributes, or references) but those that read a ``private`` attribute."""
+    hidden = {_names(p) for p in private}
+    return [name for name in names if _names(name) not in hidden]
+
+
+def _names(attribute: str) -> tuple[str, ...]:
+    try:
+        return reference_names(attribute)
+    except ValueError:
+        return (attribute,)

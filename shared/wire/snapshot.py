@@ -158,7 +158,8 @@ class ExperimentSnapshot(WireStruct, frozen=True):
     ``layer``: the layer it belongs to, if any; ``layer_range``: the ``[start, end)`` of the
     layer's buckets (``shared.engine.bucketing.layer_bucket``, out of ``WEIGHT_SCALE``) it holds,
     units outside it are not in the experiment. ``holdouts``: the running holdouts whose scope
-    holds it (the project's, and its layer's)."""
+    holds it (the project's, and its layer's). ``dimensions``: the attributes of the unit's
+    context its exposures capture (``shared.engine.experiments.dimension_values``)."""
 
     key: str
     type: str  # element | cta | manual
@@ -171,6 +172,8 @@ class ExperimentSnapshot(WireStruct, frozen=True):
     layer: str | None = None
     layer_range: tuple[int, int] | None = None
     holdouts: tuple[HoldoutSnapshot, ...] = ()
+    # the context attributes (names or references) its exposures capture, to split results by
+    dimensions: tuple[str, ...] = ()
 
 
 class Snapshot(WireStruct, frozen=True):

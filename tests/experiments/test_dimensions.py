@@ -209,3 +209,110 @@ def test_a_bad_split_names_the_field(
     response = api.get(f"/experiments/{experiment['key']}", params=params)
     assert response.status_code == 422, response.text
     assert field in [d["field"] for d in response.json()["error"]["details"]]
+
+
+# --- the dimensions an experiment captures, through the API --------------------------------
+
+
+def slice_counts(api: Api, key: str, dimension: str) -> dict[str, int]:
+    """Exposed units per slice (a value, ``other`` or ``none``) of a split."""
+    response = api.get(f"/experiments/{key}", params={"dimension": dimension, "minUnits": 2})
+    assert response.status_code == 200, response.text
+    return {
+        (s["value"] if s["slice"] == "value" else s["slice"]): s["exposed"]
+        for s in response.json()["results"]["dimension"]["slices"]
+    }
+
+
+def test_dimensions_are_set_checked_and_audited(api: Api) -> None:
+    exp = create_experiment(api, {**MANUAL, "dimensions": ["country", "/device/os"]})
+    assert exp["dimensions"] == ["country", "/device/os"]
+    for body, field in [
+        ({"dimensions": ["country", "country"]}, "dimensions[1]"),
+        ({"dimensions": ["/a//b"]}, "dimensions[0]"),
+        ({"dimensions": [""]}, "dimensions[0]"),
+        ({"dimensions": ["key"]}, "dimensions[0]"),
+        ({"dimensions": [f"d{i}" for i in range(11)]}, "dimensions"),
+    ]:
+        refused = api.patch(f"/experiments/{exp['key']}", body)
+        assert refused.status_code == 422, refused.text
+        assert [d["field"] for d in refused.json()["error"]["details"]] == [field]
+        created = api.post("/experiments", {**MANUAL, **body})
+        assert created.status_code == 422, created.text
+        assert [d["field"] for d in created.json()["error"]["details"]] == [field]
+    changed = api.patch(f"/experiments/{exp['key']}", {"dimensions": ["plan"]})
+    assert changed.status_code == 200, changed.text
+    assert (changed.json()["dimensions"], changed.json()["version"]) == (["plan"], exp["version"] + 1)
+    audit = api.get("/audit", params={"resourceType": "experiment"}).json()["entries"]
+    update = next(e for e in audit if e["action"] == "experiment.update")
+    assert update["before"]["dimensions"] == ["country", "/device/os"]
+    assert update["after"]["dimensions"] == ["plan"]
+
+
+def test_assign_and_exposure_claims_capture_the_declared_dimensions(api: Api) -> None:
+    """The assign endpoint reads them from the context it is given (references into nested
+    objects; numbers and booleans as text); a backend's ``$exposure`` claim carries them in
+    ``props.dimensions``; only the experiment's own dimensions are kept, the first value wins."""
+    exp = create_experiment(api, {**MANUAL, "dimensions": ["country", "/device/os", "beta"]})
+    key = exp["key"]
+    contexts = {
+        "a1": {"targetingKey": "a1", "country": "DE", "device": {"os": "ios"}, "beta": True},
+        "a2": {"targetingKey": "a2", "country": "DE", "device": {"os": "android"}},
+        "a3": {"targetingKey": "a3", "country": "FR", "plan": "pro"},
+        "a4": {"targetingKey": "a4"},
+        "a5": {"kind": "multi", "user": {"key": "a5", "country": "FR"}, "org": {"key": "o"}},
+    }
+    for unit, context in contexts.items():
+        answer = api.post(f"/experiments/{key}/assign", {"unit": unit, "context": context})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["assigned"] is True
+    # a repeat with another value changes nothing: the first value wins
+    again = {"unit": "a1", "context": {"targetingKey": "a1", "country": "US"}}
+    assert api.post(f"/experiments/{key}/assign", again).status_code == 200
+    variant = {u: api.post(f"/experiments/{key}/assign", {"unit": u}).json() for u in ("b1", "b2")}
+    claims = [
+        {
+            "unit": unit,
+            "event": "$exposure",
+            "props": {
+                "experiment": key,
+                "variant": variant[unit]["variant"],
+                "dimensions": {"country": country, "undeclared": "x"},
+            },
+        }
+        for unit, country in (("b1", "IT"), ("b2", "DE"))
+    ]
+    stored = api.post("/events", {"events": claims}, key=api.keys["server"])
+    assert stored.status_code == 200, stored.text
+    assert slice_counts(api, key, "country") == {"DE": 3, "FR": 2, "IT": 1, "none": 1}
+    assert slice_counts(api, key, "/device/os") == {"android": 1, "ios": 1, "none": 5}
+    assert slice_counts(api, key, "beta") == {"true": 1, "none": 6}
+
+
+def test_a_private_attribute_is_never_captured(api: Api) -> None:
+    exp = create_experiment(api, {**MANUAL, "dimensions": ["country", "email"]})
+    made = api.post(
+        "/keys", {"kind": "server", "environment": "production", "privateAttributes": ["email"]}
+    )
+    assert made.status_code == 201, made.text
+    server = made.json()["key"]
+    context = {"targetingKey": "p1", "country": "DE", "email": "p1@x.example"}
+    answer = api.post(
+        f"/experiments/{exp['key']}/assign", {"unit": "p1", "context": context}, key=server
+    )
+    assert answer.status_code == 200, answer.text
+    variant = api.post(f"/experiments/{exp['key']}/assign", {"unit": "p2"}).json()["variant"]
+    claim = {
+        "unit": "p2",
+        "event": "$exposure",
+        "props": {
+            "experiment": exp["key"],
+            "variant": variant,
+            "dimensions": {"country": "FR", "email": "p2@x.example"},
+        },
+    }
+    assert api.post("/events", {"events": [claim]}, key=server).status_code == 200
+    assert slice_counts(api, exp["key"], "email") == {"none": 2}
+    assert slice_counts(api, exp["key"], "country") == {"DE": 1, "FR": 1}
+    stored = api.get("/events", params={"unit": "p2"}).json()["events"]
+    assert "p2@x.example" not in str(stored)

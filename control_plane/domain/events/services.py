@@ -16,12 +16,14 @@ import msgspec
 from sqlalchemy import func, select, text
 
 from control_plane.auth import KeyKind
-from control_plane.db.models import ApiKey, Event
+from control_plane.db.models import Event
 from control_plane.domain import exposures
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
 from control_plane.domain.events.store import count_conflicts, insert_events
+from control_plane.domain.rows import private_attributes
 from control_plane.errors import FieldError, invalid, invalid_many
+from shared.engine.experiments import without_private
 from shared.wire import events
 from shared.wire.kinds import qualified_unit, redact
 
@@ -77,7 +79,7 @@ async def ingest(
                 for problem in events.sender_problems(item, sender, _field(index))
             ]
         )
-    private = () if forwarded else await _private_attributes(scope)
+    private = () if forwarded else await private_attributes(scope)
     items = [_stored(item, private) for item in items]
     checks = await exposures.Claims.load(scope.session, scope.project_id, items)
     kept: list[s.EventIn] = []
@@ -115,22 +117,17 @@ async def ingest(
     return s.Ack(accepted=inserted, duplicates=duplicates, conflicts=conflicts)
 
 
-async def _private_attributes(scope: Scope) -> tuple[str, ...]:
-    """The sending key's private attributes (a relay redacts those of the keys it admits)."""
-    if scope.actor.key_id is None:
-        return ()
-    found = await scope.session.scalar(
-        select(ApiKey.private_attributes).where(ApiKey.id == scope.actor.key_id)
-    )
-    return tuple(found or ())
-
-
 def _stored(item: s.EventIn, private: tuple[str, ...]) -> s.EventIn:
     """The event as stored: a unit of another kind than a user is ``kind:key``
     (``shared.wire.kinds``), so an organization's events join its exposures, apart from users';
     the key's private attributes are taken out of its props."""
     if private and item.props:
-        item = msgspec.structs.replace(item, props=redact(item.props, private))
+        props = redact(item.props, private)
+        captured = (props or {}).get("dimensions")
+        if item.event == events.EXPERIMENT_EXPOSURE and isinstance(captured, dict):
+            kept = without_private(captured, private)
+            props = {**(props or {}), "dimensions": {k: captured[k] for k in kept}}
+        item = msgspec.structs.replace(item, props=props)
     if item.unit_kind is None:
         return item
     unit = qualified_unit(item.unit_kind, item.unit)

@@ -41,6 +41,8 @@ class ExperimentCreate(ApiIn):
     # the key of the layer it belongs to (its units are in no other experiment of the layer)
     layer: str | None = None
     traffic: float = 1.0  # its share of the layer's units, 0 < traffic <= 1 (only with a layer)
+    # context attributes (names or references) each exposure captures, to split results by
+    dimensions: list[str] = msgspec.field(default_factory=list)
 
 
 class VariantPatch(ApiIn):
@@ -56,7 +58,8 @@ class VariantPatch(ApiIn):
 class ExperimentPatch(ApiIn):
     """``name``, ``description``, ``statsEngine`` and ``cuped`` change at any time; ``url``,
     ``selector``, ``goal`` and the variants' content only while no unit is exposed; ``layer``
-    (null: none) and ``traffic`` only while a draft."""
+    (null: none) and ``traffic`` only while a draft; ``dimensions`` at any time (values are
+    captured from then on)."""
 
     name: str | UnsetType = UNSET
     description: str | UnsetType = UNSET
@@ -68,6 +71,7 @@ class ExperimentPatch(ApiIn):
     variants: list[VariantPatch] | UnsetType = UNSET
     layer: str | UnsetType | None = UNSET
     traffic: float | UnsetType = UNSET
+    dimensions: list[str] | UnsetType = UNSET
 
 
 class ExperimentDeleted(ApiOut):
@@ -87,6 +91,8 @@ class AssignIn(ApiIn):
     unit: str
     url: str | None = None
     unit_kind: str | None = None
+    # the unit's context (LaunchDarkly's shape), whose attributes the experiment's dimensions read
+    context: dict[str, Any] | None = None
 
 
 class MetricsIn(ApiIn):
@@ -142,6 +148,7 @@ class Experiment(ApiOut):
     layer: str | None
     traffic: float
     range: LayerRange | None
+    dimensions: list[str]
 
 
 class ExperimentWithResults(Experiment):

@@ -21,9 +21,14 @@ from control_plane.domain.experiments import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.subject import MetricDef
-from control_plane.domain.rows import find_metric
+from control_plane.domain.rows import find_metric, private_attributes
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
-from shared.engine.experiments import place, url_matches
+from shared.engine.experiments import (
+    dimension_values,
+    dimensions_problem,
+    place,
+    url_matches,
+)
 from shared.wire.kinds import kind_problem, qualified_unit
 from shared.wire.snapshot import WEIGHT_SCALE
 
@@ -122,6 +127,7 @@ async def experiment_out(scope: Scope, row: Experiment) -> s.Experiment:
             if row.range_start is not None and row.range_end is not None
             else None
         ),
+        dimensions=list(row.dimensions or ()),
     )
 
 
@@ -249,6 +255,8 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     if (problem := kind_problem(body.unit_kind)) is not None:
         problems.add("unitKind", problem)
     layer_id, traffic = await _layer_and_traffic(scope, problems, body.layer, body.traffic)
+    if (found := dimensions_problem(body.dimensions)) is not None:
+        problems.add(*found)
     problems.raise_if_any()
     wanted = v.slugify(body.name)
     key = body.key or await v.unique_key(
@@ -283,6 +291,7 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
         updated_at=now,
         layer_id=layer_id,
         traffic=traffic,
+        dimensions=body.dimensions,
     )
     if row.status == "running":
         await allocation.take_range(scope.session, row)
@@ -322,9 +331,8 @@ _PAGE_FIELDS = ("url", "selector", "goal", "variants")
 """What decides what a unit sees or what counts: fixed once a unit is exposed."""
 
 
-async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch) -> s.Experiment:
-    row = await find(scope, id_or_key)
-    await expect_current(scope, row)
+def _patch_problems(row: Experiment, body: s.ExperimentPatch) -> v.Problems:
+    """What is wrong with the fields of an edit, each checked on its own."""
     problems = v.Problems()
     if body.name is not msgspec.UNSET:
         v.check_name(problems, "name", body.name)
@@ -340,6 +348,16 @@ async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch
             problems.add("selector", "manual experiments do not touch the page: no selector")
     if body.goal is not msgspec.UNSET and not body.goal.strip():
         problems.add("goal", "the goal event name must not be blank")
+    if body.dimensions is not msgspec.UNSET and (problem := dimensions_problem(body.dimensions)):
+        problems.add(*problem)
+    return problems
+
+
+async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch) -> s.Experiment:
+    row = await find(scope, id_or_key)
+    await expect_current(scope, row)
+    problems = _patch_problems(row, body)
+    selector = row.selector if body.selector is msgspec.UNSET else body.selector
     variants = (
         _edited_variants(problems, row, body.variants)
         if body.variants is not msgspec.UNSET
@@ -375,14 +393,17 @@ async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch
             setattr(row, name, value)
     row.selector = selector
     row.variants = variants
+    captures = body.dimensions is not msgspec.UNSET and body.dimensions != row.dimensions
+    if body.dimensions is not msgspec.UNSET:
+        row.dimensions = body.dimensions
     after = await experiment_out(scope, row)
     if after == before:
         return before  # nothing to change: no new version, no audit entry
     row.version += 1
     row.updated_at = utcnow()
     await scope.session.flush()
-    if row.status == "running" and touches_page:
-        await scope.changed(  # relays render it
+    if row.status == "running" and (touches_page or captures):
+        await scope.changed(  # relays render it, and capture its dimensions
             (e.id for e in await scope.environments()), reason="experiments"
         )
     after = await experiment_out(scope, row)
@@ -514,7 +535,14 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
         for key, group in placement.holdouts
     ]
     if placement.assigned:
-        found.append(exposures.FirstExposure("experiment", row.id, unit, chosen["key"], now))
+        captured = dimension_values(
+            body.context, row.unit_kind, row.dimensions or (), await private_attributes(scope)
+        )
+        found.append(
+            exposures.FirstExposure(
+                "experiment", row.id, unit, chosen["key"], now, tuple(captured.items())
+            )
+        )
     recorded = await exposures.record(scope.session, scope.project_id, found)
     scope.events_written = recorded > 0
     return s.Assignment(
