@@ -242,7 +242,10 @@ def test_dimensions_are_set_checked_and_audited(api: Api) -> None:
         assert [d["field"] for d in created.json()["error"]["details"]] == [field]
     changed = api.patch(f"/experiments/{exp['key']}", {"dimensions": ["plan"]})
     assert changed.status_code == 200, changed.text
-    assert (changed.json()["dimensions"], changed.json()["version"]) == (["plan"], exp["version"] + 1)
+    assert (changed.json()["dimensions"], changed.json()["version"]) == (
+        ["plan"],
+        exp["version"] + 1,
+    )
     audit = api.get("/audit", params={"resourceType": "experiment"}).json()["entries"]
     update = next(e for e in audit if e["action"] == "experiment.update")
     assert update["before"]["dimensions"] == ["country", "/device/os"]
@@ -316,3 +319,46 @@ def test_a_private_attribute_is_never_captured(api: Api) -> None:
     assert slice_counts(api, exp["key"], "country") == {"DE": 1, "FR": 1}
     stored = api.get("/events", params={"unit": "p2"}).json()["events"]
     assert "p2@x.example" not in str(stored)
+
+
+def test_the_time_series_of_a_slice_ends_at_its_results(
+    api: Api, experiment: dict[str, Any]
+) -> None:
+    """A slice's series ends where the split results stand: its units, conversions and rates;
+    the series of all the slices add up to the whole experiment's."""
+    key = experiment["key"]
+    split = api.get(f"/experiments/{key}", params={"dimension": "country", "top": 5}).json()
+    whole = api.get(f"/experiments/{key}/timeseries").json()["days"][-1]["variants"]
+    added: dict[str, int] = defaultdict(int)
+    for piece in split["results"]["dimension"]["slices"]:
+        params: dict[str, Any] = {"dimension": "country", "top": 5}
+        if piece["slice"] == "value":
+            params["value"] = piece["value"]
+        else:
+            params["slice"] = piece["slice"]
+        response = api.get(f"/experiments/{key}/timeseries", params=params)
+        assert response.status_code == 200, response.text
+        series = response.json()
+        assert series["slice"] == {
+            "dimension": "country",
+            "value": piece["value"],
+            "slice": piece["slice"],
+        }
+        last = {v["key"]: v for v in series["days"][-1]["variants"]}
+        for variant in piece["metrics"][0]["variants"]:
+            assert last[variant["key"]]["exposed"] == variant["exposed"]
+            assert last[variant["key"]]["conversions"] == variant["conversions"]
+            assert last[variant["key"]]["rate"] == pytest.approx(variant["rate"], rel=1e-9)
+            added[variant["key"]] += variant["exposed"]
+    assert added == {v["key"]: v["exposed"] for v in whole}
+    for params, field in [
+        ({"dimension": "country"}, "value"),
+        ({"dimension": "country", "value": "C00", "slice": "none"}, "value"),
+        ({"dimension": "country", "top": 2, "value": "C07"}, "value"),
+        ({"dimension": "country", "slice": "all"}, "slice"),
+        ({"value": "C00"}, "dimension"),
+        ({"dimension": "plan", "value": "x"}, "dimension"),
+    ]:
+        refused = api.get(f"/experiments/{key}/timeseries", params=params)
+        assert refused.status_code == 422, refused.text
+        assert field in [d["field"] for d in refused.json()["error"]["details"]]

@@ -89,12 +89,23 @@ class ExperimentController(Controller):
     @get(
         "/{id_or_key:str}/timeseries",
         summary="Cumulative results per UTC day and variant, to chart",
-        description="Query `metric`: a guardrail's key (default: the primary metric).",
+        description="Query `metric`: a guardrail's key (default: the primary metric). "
+        "`dimension` with `value` (one of its `top` values, default 10) or `slice` (`other` or "
+        "`none`): the series of the units of that slice, as the results by dimension split them.",
     )
     async def get_timeseries(
-        self, ctx: Ctx, id_or_key: FromPath[str], metric: FromQuery[str | None] = None
+        self,
+        ctx: Ctx,
+        id_or_key: FromPath[str],
+        metric: FromQuery[str | None] = None,
+        dimension: FromQuery[str | None] = None,
+        value: FromQuery[str | None] = None,
+        slice_: Annotated[str | None, QueryParameter(name="slice")] = None,
+        top: FromQuery[int | None] = None,
     ) -> s.Timeseries:
-        return await services.timeseries(ctx, id_or_key, metric)
+        return await services.timeseries(
+            ctx, id_or_key, metric, dimension=dimension, value=value, which=slice_, top=top
+        )
 
     @post(
         "/{id_or_key:str}",

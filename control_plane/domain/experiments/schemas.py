@@ -213,3 +213,13 @@ class Timeseries(ApiOut):
     capping: dict[str, Any] | None
     days: list[dict[str, Any]]
     notes: list[str]
+    slice: TimeSlice | None = None
+
+
+class TimeSlice(ApiOut):
+    """The slice a time series is of: ``slice`` value (``value`` the attribute's value), other
+    (values past the top ones) or none (units without a value)."""
+
+    dimension: str
+    value: str | None
+    slice: str

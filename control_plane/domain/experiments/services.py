@@ -19,7 +19,10 @@ from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import cta, decisions
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.results.aggregates import Slicer
 from control_plane.domain.results.cache import cached
+from control_plane.domain.results.slices import check_limits, one_slice, parse_dimension
+from control_plane.domain.results.slices import describe as describe_slice
 from control_plane.domain.results.subject import MetricDef
 from control_plane.domain.rows import find_metric, private_attributes
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
@@ -626,9 +629,19 @@ async def _metric_defs(scope: Scope, row: Experiment) -> tuple[MetricDef, list[M
     return primary, [MetricDef.of(by_id[i]) for i in row.guardrail_metric_ids if i in by_id]
 
 
-async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Timeseries:
+async def timeseries(
+    scope: Scope,
+    id_or_key: str,
+    metric: str | None,
+    *,
+    dimension: str | None = None,
+    value: str | None = None,
+    which: str | None = None,
+    top: int | None = None,
+) -> s.Timeseries:
     """Cumulative results per UTC day of one metric (the primary unless ``metric`` names a
-    guardrail), with the experiment's engine and capping."""
+    guardrail), with the experiment's engine and capping; with a ``dimension``, of the units of
+    one slice (a ``value`` among its ``top``, or ``which``: other or none)."""
     from control_plane.domain.results.aggregates import MetricSpec, percentile_cap
     from control_plane.domain.results.subject import ALPHA, capping_block, metric_specs
     from control_plane.domain.results.timeseries import (
@@ -647,6 +660,11 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
                 [FieldError("metric", "the key of the experiment's primary metric or a guardrail")]
             )
         chosen = found[0]
+    part = None
+    if dimension is not None:
+        part = await _time_slice(scope, row, dimension, value, which, top)
+    elif value is not None or which is not None:
+        raise invalid("dimension", "a value or slice belongs to a dimension: give it")
     if chosen.is_quantile:  # no running sums to add up day by day: each day would sort anew
         return s.Timeseries(
             experiment=row.key,
@@ -669,12 +687,15 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
                 scope.session, scope.project_id, "experiment", row.id, spec, spec.percentile
             )
             resolved = replace(spec, cap=cap, percentile=None)
+        only = (
+            None if part is None else part[0].holds(scope.project_id, "experiment", row.id, part[1])
+        )
         return resolved, await day_increments(
-            scope.session, scope.project_id, "experiment", row.id, resolved
+            scope.session, scope.project_id, "experiment", row.id, resolved, only
         )
 
     spec, increments = await cached(
-        scope.session, ("day_increments", scope.project_id, row.id, spec), compute
+        scope.session, ("day_increments", scope.project_id, row.id, spec, part), compute
     )
     days = cumulative_days(
         increments,
@@ -686,6 +707,12 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
         prior_sd=scope.bayesian_prior_sd,
     )
     notes = ["cumulative as of the end of each UTC day"]
+    if part is not None:
+        notes.append(
+            "the units of one slice, capped as in the whole experiment"
+            if spec.cap is not None
+            else "the units of one slice"
+        )
     if row.cuped:
         notes.append("CUPED is not applied to the time series (the results are adjusted)")
     return s.Timeseries(
@@ -696,7 +723,36 @@ async def timeseries(scope: Scope, id_or_key: str, metric: str | None) -> s.Time
         capping=capping_block(chosen, spec.cap),
         days=days,
         notes=notes,
+        slice=(
+            None
+            if part is None or dimension is None
+            else s.TimeSlice(dimension=dimension, **describe_slice(part[1], part[0].values))
+        ),
     )
+
+
+async def _time_slice(
+    scope: Scope,
+    row: Experiment,
+    dimension: str,
+    value: str | None,
+    which: str | None,
+    top: int | None,
+) -> tuple[Slicer, int]:
+    """The slicer and slice index a time series asks for, or 422 naming the field."""
+    limits = check_limits(top, None)
+    slicer = parse_dimension(dimension, row.dimensions or [])
+    if isinstance(limits, list) or isinstance(slicer, FieldError):
+        raise invalid_many(
+            (limits if isinstance(limits, list) else [])
+            + ([slicer] if isinstance(slicer, FieldError) else [])
+        )
+    found = await one_slice(
+        scope.session, scope.project_id, "experiment", row.id, slicer, limits[0], value, which
+    )
+    if isinstance(found, FieldError):
+        raise invalid_many([found])
+    return found
 
 
 async def with_results(
@@ -711,7 +767,6 @@ async def with_results(
     """The experiment and its results against its metrics (``goal`` as conversion if none);
     ``target_effect`` (relative) is the effect whose sample size the power block estimates;
     ``dimension`` splits them (see :mod:`control_plane.domain.results.slices`)."""
-    from control_plane.domain.results.slices import check_limits, parse_dimension
     from control_plane.domain.results.subject import DEFAULT_TARGET_EFFECT, analyse_subject
 
     if target_effect is not None and not (

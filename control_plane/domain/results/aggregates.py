@@ -275,6 +275,17 @@ class Slicer:
             .subquery()
         )
 
+    def holds(self, project_id: str, kind: str, subject: str, index: int) -> ColumnElement[bool]:
+        """The condition that keeps the exposed units of the slice ``index`` (a join's
+        ``Exposure.unit``), as :meth:`index` places them."""
+        values = self.source(project_id, kind, subject)
+        valued = select(values.c.unit).where(values.c.value.is_not(None))
+        if index == NONE:
+            return Exposure.unit.not_in(valued)
+        if index == OTHER:
+            return Exposure.unit.in_(valued.where(values.c.value.not_in(self.values)))
+        return Exposure.unit.in_(valued.where(values.c.value == self.values[index]))
+
     def index(self, value: ColumnElement[Any]) -> ColumnElement[int]:
         """The slice index of ``value`` (a joined row's)."""
         whens: list[tuple[ColumnElement[bool], int]] = [(value.is_(None), NONE)]

@@ -179,3 +179,30 @@ def correct(blocks: Sequence[dict[str, Any]], control: str, alpha: float) -> Non
         variant["significant"] = (
             value is not None and value < alpha and interval_sign(intervals) != 0
         )
+
+
+async def one_slice(
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    slicer: Slicer,
+    top: int,
+    value: str | None,
+    which: str | None,
+) -> tuple[Slicer, int] | FieldError:
+    """The slicer with its top values and the index of the slice a time series asks for: a
+    ``value`` among the top ones, or ``which`` (``other`` or ``none``); or why there is none."""
+    if (value is None) == (which is None):
+        return FieldError("value", "with a dimension, give a value, or slice=other or slice=none")
+    if which is not None and which not in ("other", "none"):
+        return FieldError("slice", "other (the values past the top ones) or none (no value)")
+    counts = await value_counts(session, project_id, kind, subject, slicer)
+    slicer = replace(slicer, values=top_values(counts, top))
+    if which is not None:
+        return slicer, OTHER if which == "other" else NONE
+    if value not in slicer.values:
+        return FieldError(
+            "value", f"one of the {len(slicer.values)} values with the most exposed units"
+        )
+    return slicer, slicer.values.index(value)

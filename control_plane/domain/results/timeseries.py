@@ -60,10 +60,13 @@ def _increments_query(
     metric: MetricSpec,
     dialect: str,
     units: tuple[str | None, str | None] = (None, None),
+    only: ColumnElement[bool] | None = None,
 ) -> Select[Any]:
     shift = metric.shift or Shift()
     day = (Event.ts // DAY_MS).label("day")
     where = exposed_units(project_id, kind, subject, units)
+    if only is not None:
+        where = and_(where, only)
     y_part, z_part = metric.parts
     if z_part is None or metric.aggregation == "mean":
         # one event, every joined one counting: no test per row (a mean's currency, or a sum's,
@@ -172,9 +175,15 @@ def _increments_query(
 
 
 async def day_increments(
-    session: AsyncSession, project_id: str, kind: str, subject: str, metric: MetricSpec
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    metric: MetricSpec,
+    only: ColumnElement[bool] | None = None,
 ) -> dict[int, dict[str, DayIncrement]]:
-    """``{day number (UTC days since the epoch): {arm: increments}}``."""
+    """``{day number (UTC days since the epoch): {arm: increments}}``, of the exposed units
+    ``only`` keeps (a slice's, ``Slicer.holds``; None: all)."""
     (metric,) = await with_shifts(session, project_id, kind, subject, [metric], cuped=False)
     shift = metric.shift or Shift()
     if not metric.is_ratio:
@@ -187,6 +196,7 @@ async def day_increments(
             Exposure.project_id == project_id,
             Exposure.kind == kind,
             Exposure.subject == subject,
+            *([only] if only is not None else []),
         )
         .group_by(Exposure.arm, "day")
     )
@@ -198,11 +208,14 @@ async def day_increments(
         ranges = await unit_ranges(session, project_id, kind, subject)
         parts = await postgres_all(
             bind,
-            [_increments_query(project_id, kind, subject, metric, dialect, r) for r in ranges],
+            [
+                _increments_query(project_id, kind, subject, metric, dialect, r, only)
+                for r in ranges
+            ],
         )
         rows: list[Mapping[str, Any]] = [row for part in parts for row in part]
     else:
-        query = _increments_query(project_id, kind, subject, metric, dialect)
+        query = _increments_query(project_id, kind, subject, metric, dialect, only=only)
         rows = list((await session.execute(query)).mappings())
     sums: dict[tuple[int, str], dict[str, float]] = {}
     for row in rows:
