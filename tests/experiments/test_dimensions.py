@@ -351,14 +351,15 @@ def test_the_time_series_of_a_slice_ends_at_its_results(
             assert last[variant["key"]]["rate"] == pytest.approx(variant["rate"], rel=1e-9)
             added[variant["key"]] += variant["exposed"]
     assert added == {v["key"]: v["exposed"] for v in whole}
-    for params, field in [
+    refusals: list[tuple[dict[str, Any], str]] = [
         ({"dimension": "country"}, "value"),
         ({"dimension": "country", "value": "C00", "slice": "none"}, "value"),
         ({"dimension": "country", "top": 2, "value": "C07"}, "value"),
         ({"dimension": "country", "slice": "all"}, "slice"),
         ({"value": "C00"}, "dimension"),
         ({"dimension": "plan", "value": "x"}, "dimension"),
-    ]:
+    ]
+    for params, field in refusals:
         refused = api.get(f"/experiments/{key}/timeseries", params=params)
         assert refused.status_code == 422, refused.text
         assert field in [d["field"] for d in refused.json()["error"]["details"]]
