@@ -28,8 +28,10 @@ export interface Vane {
   /** Switch to another unit (a user who signed in): flags and experiments are re-evaluated.
    * `kinds` gives units of other context kinds, by key or with attributes rules read:
    * `identify("u1", { organization: { key: "acme", plan: "enterprise" } })`. Flags are then
-   * evaluated for the multi-kind context, and experiments on those kinds assign by their key. */
-  identify(unit: string, kinds?: Record<string, string | { key: string; [attribute: string]: unknown }>): Promise<void>;
+   * evaluated for the multi-kind context, and experiments on those kinds assign by their key.
+   * `user` gives the unit's own attributes (no key: the unit is its key), which flags' rules and
+   * experiments' dimensions read: `identify("u1", { user: { country: "DE", plan: "pro" } })`. */
+  identify(unit: string, kinds?: Record<string, string | { key?: string; [attribute: string]: unknown }>): Promise<void>;
   /** Queue an event; names starting with "$" are reserved. Never throws. */
   track(event: string, props?: TrackProps): void;
   /** The variant of a running experiment for the current unit (records the exposure);

@@ -48,14 +48,20 @@
   let consent = ds.consent !== "pending";
   const visitor = cookie() || store("vane_id") || rid();
   let unit = ds.unit || visitor;
-  let kinds = {}; // other context kinds than the user: {organization: {key, ...attributes}}
+  let kinds = {}; // {organization: {key, ...attributes}}; "user": the unit's own attributes
   const units = () => {
     const o = {};
-    for (const k in kinds) o[k] = kinds[k].key;
+    for (const k in kinds) if (k !== "user") o[k] = kinds[k].key;
     return o;
   };
-  const context = () =>
-    Object.keys(kinds).length ? Object.assign({ kind: "multi", user: { key: unit } }, kinds) : { targetingKey: unit };
+  const context = () => {
+    const { key: _, ...mine } = kinds.user || {};
+    return Object.keys(units()).length
+      ? Object.assign({ kind: "multi" }, kinds, { user: Object.assign(mine, { key: unit }) })
+      : Object.assign(mine, { targetingKey: unit });
+  };
+  const assign = (key) => post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign",
+    { unit, units: units(), context: context(), url: location.href });
   let sess = (store("vane_s") || "").split(".");
   const remember = () => {
     if (!consent) return;
@@ -157,9 +163,7 @@
       return {};
     }
   };
-  const expose = (key) =>
-    post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign", { unit, units: units(), url: location.href })
-      .catch(log);
+  const expose = (key) => assign(key).catch(log);
   const swap = (el, x, tag) => {
     if (!applied.has(el)) {
       applied.set(el, [tag, [...el.childNodes], el.getAttribute("href"), el.style.backgroundColor, el.style.color]);
@@ -361,7 +365,7 @@
         const next = {};
         for (const [k, v] of Object.entries(other || {})) {
           next[k] = typeof v === "string" ? { key: v } : Object.assign({}, v);
-          if (typeof next[k].key !== "string" || !next[k].key) throw new Error("identify: " + k + " needs a key");
+          if (k !== "user" && (typeof next[k].key !== "string" || !next[k].key)) throw new Error("identify: " + k + " needs a key");
         }
         if (u === unit && JSON.stringify(next) === JSON.stringify(kinds)) return booting;
         unit = u;
@@ -378,8 +382,7 @@
     track: guard(track),
     experiment: (key) => {
       if (!consent || !KEY) return Promise.resolve("control");
-      return post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign", { unit, units: units(), url: location.href })
-        .then((r) => r.variant, (e) => (log(e), "control"));
+      return assign(key).then((r) => r.variant, (e) => (log(e), "control"));
     },
     flag: (key, fallback) => (Object.prototype.hasOwnProperty.call(flags, key) ? flags[key] : fallback),
     flags: () => Object.assign({}, flags),

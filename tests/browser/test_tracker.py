@@ -733,3 +733,61 @@ def test_an_experiment_randomized_on_accounts_and_a_rule_on_the_organization(
     )
     assert missing.status_code == 422
     assert missing.json()["error"]["details"][0]["field"] == "units.organization"
+
+
+def test_a_users_attributes_reach_flags_and_the_experiments_dimensions(
+    site: Site, context: Any
+) -> None:
+    """Issue #24: ``identify(unit, {user: {...}})`` gives the unit's own attributes: a flag's
+    rule on ``country`` reaches the page, and an experiment that splits its results by country
+    captures each user's with the exposure (the visitors before they signed in have none)."""
+    site.experiment(
+        {
+            "name": "plans-pitch",
+            "key": "plans-pitch",
+            "type": "element",
+            "url": "/plans",
+            "selector": "#plans",
+            "goal": "upgrade",
+            "dimensions": ["country"],
+            "variants": [
+                {"key": "control", "content": ""},
+                {"key": "treatment", "content": "Brand new headline"},
+            ],
+        }
+    )
+    assert site.api("POST", "/flags", {"key": "de-banner"}).status_code == 201
+    keys = site.api("GET", "/keys").json()["keys"]
+    env = next(k["environment"] for k in keys if k["kind"] == "public")
+    base = f"/flags/de-banner/environments/{env}"
+    in_de = {"attribute": "country", "values": ["DE"]}
+    assert site.api("PUT", f"{base}/rules", {"rules": [{"clauses": [in_de], "variation": 0}]})
+    assert (
+        site.api("PUT", base, {"enabled": True, "fallthrough": {"variation": 1}}).status_code == 200
+    )
+    site.relay_current()
+    site.page("/plans", '<h1 id="plans">Original pitch</h1>')
+    users = {"de-1": "DE", "de-2": "DE", "fr-1": "FR"}
+    for user, country in users.items():
+        ctx = context.browser.new_context()
+        try:
+            page = ctx.new_page()
+            page.goto(site.pages.url + "/plans")
+            page.evaluate("vane.ready()")
+            who = json.dumps({"user": {"country": country}})
+            page.evaluate(f"vane.identify({json.dumps(user)}, {who})")
+            variant = variant_of("plans-pitch", user, TWO, [None, None])
+            expected = "Brand new headline" if variant == "treatment" else "Original pitch"
+            assert page.text_content("#plans") == expected
+            assert page.evaluate("vane.flag('de-banner', null)") is (country == "DE")
+            page.close()
+        finally:
+            ctx.close()
+
+    def slices() -> dict[str, int]:
+        answer = site.api("GET", "/experiments/plans-pitch?dimension=country&minUnits=2")
+        split = answer.json()["results"]["dimension"]["slices"]
+        return {(s["value"] or s["slice"]): s["exposed"] for s in split}
+
+    wanted = {"DE": 2, "FR": 1, "none": 3}  # three visitors before they signed in
+    eventually(lambda: slices() == wanted, 60, "the users' countries captured", every=0.5)
