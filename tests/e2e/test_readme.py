@@ -130,3 +130,24 @@ def test_the_layers_and_holdouts_example_works_as_written(
     assert assigned["experiment"] == "one-page"
     assert results["results"]["control"] == "holdout"
     assert metric["key"] == "purchases"
+
+
+def test_the_results_by_dimension_example_works_as_written(
+    stack: tuple[ControlPlane, Relay],
+) -> None:
+    cp, _ = stack
+    text = README.read_text()
+    section = text[text.index("### Results by dimension") : text.index("### Layers and holdouts")]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    script = block.replace("localhost:8000", cp.url)
+    out = run(script.replace("KEY=vsk_live_…", f"KEY={cp.keys['management']}"))
+    answers: list[Any] = json_values(out)
+    assert len(answers) == 8, out
+    _, experiment, _, *assigned, split, series = answers
+    assert experiment["dimensions"] == ["country"]
+    assert all(a["assigned"] for a in assigned)
+    block_ = split["results"]["dimension"]
+    assert (block_["name"], block_["correction"]) == ("country", "holm")
+    slices = {(s["value"] or s["slice"]): (s["exposed"], s["tested"]) for s in block_["slices"]}
+    assert slices == {"DE": (1, False), "FR": (1, False), "none": (1, False)}
+    assert series["slice"] == {"dimension": "country", "value": "DE", "slice": "value"}
