@@ -1,4 +1,5 @@
-"""Experiments: the list, create, start and stop, metrics, and the results page."""
+"""Experiments: the list, create, start and stop, metrics, dimensions, and the results page
+(with the results split by a dimension, as the API's ``?dimension=`` gives them)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from litestar import Request, get, post
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
+from control_plane.console import forms
 from control_plane.console.charts import forest, time_series
-from control_plane.console.pages import ListPage
-from control_plane.console.web import FRAGMENT, Who, error_page, page, reading, writing
+from control_plane.console.pages import ListPage, do
+from control_plane.console.web import (
+    FRAGMENT,
+    Who,
+    error_page,
+    field_errors,
+    page,
+    reading,
+    writing,
+)
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments import services
@@ -82,6 +92,7 @@ class ExperimentPages(ListPage):
             variants=variants or None,
             activate=form.get("activate") == "on",
             unit_kind=(form.get("unitKind") or "").strip() or "user",
+            dimensions=forms.names_of(form.get("dimensions") or ""),
         )
         return await self.write(
             request,
@@ -100,11 +111,26 @@ class ExperimentPages(ListPage):
     async def _show(
         self, request: Request[Any, Any, Any], who: Who, key: str, status: int = 200, **extra: Any
     ) -> Template:
+        split = split_query(request) if request.method == "GET" else {}
+        split_error = None
         async with reading(request, who) as scope:
             try:
-                found = await services.with_results(scope, key)
+                found = await services.with_results(
+                    scope,
+                    key,
+                    dimension=split.get("dimension"),
+                    top=_number(split.get("top")),
+                    min_units=_number(split.get("minUnits")),
+                )
             except ApiError as exc:
-                return error_page(request, who, exc, key)
+                if exc.status != 422 or not split.get("dimension"):
+                    return error_page(request, who, exc, key)
+                # the split the API refused (its message, beside the form), the totals all the same
+                split_error, status = exc, exc.status
+                try:
+                    found = await services.with_results(scope, key)
+                except ApiError as again:
+                    return error_page(request, who, again, key)
             defined = (
                 await metrics.list_metrics(scope, limit=MAX_LIMIT, cursor=None, event=None)
             ).items
@@ -123,6 +149,9 @@ class ExperimentPages(ListPage):
             results=results,
             forest=forest(blocks),
             metrics=defined,
+            split=split,
+            split_error=split_error.message if split_error else None,
+            slices=slice_tables(results),
             **extra,
         )
 
@@ -162,6 +191,33 @@ class ExperimentPages(ListPage):
             return await self._show(request, who, key, exc.status, error=exc.message)
         return Redirect(f"/console/experiments/{key}", status_code=303)
 
+    @post("/{key:str}/dimensions")
+    async def dimensions(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Response[Any]:
+        """The "split results by" field: the experiment's dimensions, edited as the API's
+        ``PATCH {"dimensions": [...]}`` (checked, versioned and audited by the same service)."""
+        form = await request.form()
+        typed = str(form.get("dimensions") or "")
+        body = s.ExperimentPatch(dimensions=forms.names_of(typed))
+        _, error = await do(
+            request,
+            who,
+            lambda scope: services.patch_experiment(scope, key, body),
+            version=form.get("version"),
+        )
+        if error is not None:
+            return await self._show(
+                request,
+                who,
+                key,
+                error.status,
+                dimensions_error=error.message,
+                dimensions_errors=field_errors(error.details),
+                dimensions_typed=typed,
+            )
+        return Redirect(f"/console/experiments/{key}#dimensions", status_code=303)
+
     @post("/{key:str}/metrics")
     async def choose_metrics(
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
@@ -177,3 +233,41 @@ class ExperimentPages(ListPage):
         except ApiError as exc:
             return await self._show(request, who, key, exc.status, error=exc.message)
         return Redirect(f"/console/experiments/{key}#results", status_code=303)
+
+
+SPLIT_FIELDS = ("dimension", "top", "minUnits")
+
+
+def split_query(request: Request[Any, Any, Any]) -> dict[str, str]:
+    """The results page's "split by" form (a GET, the API's own query parameters), as given."""
+    found = {name: (request.query_params.get(name) or "").strip() for name in SPLIT_FIELDS}
+    return {name: value for name, value in found.items() if value}
+
+
+def _number(text: str | None) -> int | None:
+    """A count as typed; anything not a whole number goes to the API as one it refuses (0), so
+    that its message, naming the field and the range, is the one shown."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def slice_tables(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The API's results by dimension (``results["dimension"]``: per slice, per metric) turned
+    to one table per metric, one row per slice; nothing is computed here."""
+    split = results.get("dimension")
+    if not split:
+        return []
+    tables: list[dict[str, Any]] = []
+    for piece in split["slices"]:
+        for position, block in enumerate(piece["metrics"]):
+            if position == len(tables):
+                tables.append({"metric": block["metric"], "rows": []})
+            variants = {v["key"]: v for v in block["variants"]}
+            tables[position]["rows"].append({"slice": piece, "variants": variants})
+    for table in tables:
+        table["tested"] = sum(1 for row in table["rows"] if row["slice"]["tested"])
+    return tables

@@ -220,6 +220,12 @@ def edit_rules(rules: list[RuleForm], action: str) -> list[RuleForm]:
     return rules
 
 
+def names_of(text: str) -> list[str]:
+    """A comma-separated list as typed ("country, /device/os") to the API's list of names;
+    blank items are dropped (a trailing comma), anything else is the API's to judge."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def context_of(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """The "evaluate as" panel's context: a JSON object, or (None, why not)."""
     try:

@@ -563,3 +563,189 @@ def test_a_ratio_metric_is_defined_from_the_metrics_page(site: Site, context: An
     assert made["denominator"] == {"event": "session", "aggregation": "count"}
     page.get_by_text("New metric").click()
     shot(page, "metrics")
+
+
+# --- results by dimension ---------------------------------------------------------------------
+
+SLICE_LABELS = {"other": "Other", "none": "None"}
+
+
+def slice_rows(api: dict[str, Any], position: int) -> list[tuple[str, dict[str, Any], bool]]:
+    """(the row's data-slice, the metric's variants by key, tested) per slice of the API's split,
+    for the metric at ``position`` (the primary first, then the guardrails)."""
+    return [
+        (
+            piece["value"] if piece["slice"] == "value" else piece["slice"],
+            {v["key"]: v for v in piece["metrics"][position]["variants"]},
+            piece["tested"],
+        )
+        for piece in api["slices"]
+    ]
+
+
+def test_results_split_by_a_dimension_show_the_apis_slices(
+    site: Site, context: Any, axe_source: str
+) -> None:
+    """An experiment created in the console capturing "country", units assigned with their
+    context, then its results split by country: the rows and numbers are the API's."""
+    page = context.new_page()
+    sign_in(page, site)
+    page.goto(site.cp.url + "/console/experiments")
+    page.get_by_text("New experiment").click()
+    page.get_by_label("Name").fill("Checkout by country")
+    page.get_by_label("Key (optional)").fill("checkout-country")
+    page.get_by_label("Goal event").fill("purchase")
+    page.get_by_label("Split results by").fill("country")
+    page.get_by_label("Start now").check()
+    page.get_by_role("button", name="Create experiment").click()
+    page.wait_for_url("**/console/experiments/checkout-country")
+    assert page.locator("#dimensions .captured code").all_inner_texts() == ["country"]
+    assert site.api("GET", "/experiments/checkout-country").json()["dimensions"] == ["country"]
+
+    # units assigned with their context (which the dimension is captured from); a treatment
+    # converts far more often in DE only; GB and IT fall in "other" (top 3), 24 have no country
+    countries: list[tuple[str | None, int]] = [
+        ("DE", 300),
+        ("FR", 260),
+        ("US", 40),
+        ("GB", 16),
+        ("IT", 10),
+        (None, 24),
+    ]
+    events = []
+    headers = {"Authorization": f"Bearer {site.cp.keys['management']}"}
+    with httpx.Client(base_url=site.cp.url + "/api/v1", headers=headers, timeout=10) as client:
+        i = 0
+        for country, units in countries:
+            for _ in range(units):
+                unit, i = f"cc{i}", i + 1
+                attributes = {"country": country} if country else {}
+                body = {"unit": unit, "context": {"targetingKey": unit, **attributes}}
+                answer = client.post("/experiments/checkout-country/assign", json=body)
+                assert answer.status_code == 200, answer.text
+                lifted = country == "DE" and answer.json()["variant"] != "control"
+                if i % 20 < (8 if lifted else 3):
+                    events.append({"unit": unit, "event": "purchase"})
+        stored = client.post("/events", json={"events": events})
+        assert stored.status_code == 200, stored.text
+
+    page.reload()
+    page.get_by_label("Split by", exact=True).select_option("country")
+    page.get_by_label("Values with a row of their own").fill("3")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**/console/experiments/checkout-country?dimension=country&top=3*")
+    api = site.api("GET", "/experiments/checkout-country?dimension=country&top=3").json()
+    split = api["results"]["dimension"]
+    assert split["correction"] == "holm"
+    table = page.locator("table.slices")
+    assert table.count() == 1  # the primary metric (the goal event); no guardrail
+    assert "by country" in table.locator("caption").inner_text()
+    assert "Holm" in table.locator("caption").inner_text()
+    rows = slice_rows(split, 0)
+    assert [name for name, _, _ in rows] == ["DE", "FR", "US", "other", "none"]
+    assert table.locator("tbody tr").count() == len(rows)
+    control, treatment = "control", "treatment"
+    for name, variants, tested in rows:
+        row = table.locator(f"tr[data-slice='{name}']")
+        label = row.locator("th").inner_text()
+        assert label.startswith(SLICE_LABELS.get(name, name))
+        for key, variant in variants.items():
+            exposed, rate = (row.locator(f"[data-field={f}-{key}]") for f in ("exposed", "rate"))
+            assert exposed.inner_text() == str(variant["exposed"])
+            assert rate.inner_text() == f"{variant['rate']:.4g}"
+        versus = variants[treatment]
+        change = row.locator(f"[data-field=change-{treatment}]").inner_text()
+        p_value = row.locator(f"[data-field=p-{treatment}]").inner_text()
+        result = row.locator(f"[data-field=result-{treatment}]").inner_text()
+        if not tested:
+            assert (change, p_value, result) == ("—", "—", "too few units (not tested)")
+            continue
+        assert change == (
+            f"{versus['uplift']:+.2f}% ({versus['ciLow']:+.2f}% to {versus['ciHigh']:+.2f}%)"
+        )
+        assert p_value == f"{versus['pValueAdjusted']:.3g}"
+        assert result == ("significant" if versus["significant"] else "not significant")
+        assert variants[control]["exposed"] >= 100
+    marks = {name: variants[treatment].get("significant") for name, variants, _ in rows}
+    assert marks["DE"] is True  # the lift is in DE, and survives the correction
+    assert marks["FR"] is False
+    shown = page.locator("#by-dimension").inner_text()
+    assert all(note in shown for note in split["notes"])
+    # the totals are still there, above the split
+    assert page.locator("table.results:not(.slices)").count() == 1
+    assert serious_violations(page, axe_source) == []
+    shot(page, "results-dimension")
+
+    # a dimension the experiment does not capture: the API's message, and the totals
+    response = page.goto(site.cp.url + "/console/experiments/checkout-country?dimension=plan")
+    assert response is not None
+    assert response.status == 422
+    refused = site.api("GET", "/experiments/checkout-country?dimension=plan")
+    assert refused.status_code == 422
+    assert page.locator("#split-error").inner_text() == refused.json()["error"]["message"]
+    assert page.locator("table.results").count() == 1
+    assert page.locator("table.slices").count() == 0
+
+
+def test_a_bad_dimension_shows_the_apis_error_beside_the_field(
+    site: Site, context: Any, axe_source: str
+) -> None:
+    page = context.new_page()
+    sign_in(page, site)
+    # creating: refused, the error beside the field, nothing created
+    page.goto(site.cp.url + "/console/experiments")
+    page.get_by_text("New experiment").click()
+    page.get_by_label("Name").fill("Dimensions edited")
+    page.get_by_label("Key (optional)").fill("dims-edited")
+    page.get_by_label("Goal event").fill("signup")
+    page.get_by_label("Split results by").fill("country, key")
+    page.get_by_role("button", name="Create experiment").click()
+    refused = site.api(
+        "POST",
+        "/experiments",
+        {"name": "Dimensions edited", "goal": "signup", "dimensions": ["country", "key"]},
+    )
+    assert refused.status_code == 422
+    [detail] = refused.json()["error"]["details"]
+    error = page.locator("#err-dimensions")
+    assert error.inner_text() == f"{detail['field']}: {detail['message']}"
+    assert page.get_by_label("Split results by").get_attribute("aria-invalid") == "true"
+    assert page.get_by_label("Split results by").input_value() == "country, key"  # as typed
+    assert site.api("GET", "/experiments/dims-edited").status_code == 404
+    page.get_by_label("Split results by").fill("country")
+    page.get_by_role("button", name="Create experiment").click()
+    page.wait_for_url("**/console/experiments/dims-edited")
+
+    # editing: refused, the error beside the field, nothing changed
+    field = page.get_by_label("Split results by")
+    assert field.input_value() == "country"
+    field.fill("country, /device/os, country")
+    page.get_by_role("button", name="Save dimensions").click()
+    patch = {"dimensions": ["country", "/device/os", "country"]}
+    refused = site.api("PATCH", "/experiments/dims-edited", patch)
+    assert refused.status_code == 422
+    [detail] = refused.json()["error"]["details"]
+    assert detail["field"] == "dimensions[2]"
+    error = page.locator("#dimensions .field-error")
+    assert error.inner_text() == f"dimensions[2]: {detail['message']}"
+    assert field.input_value() == "country, /device/os, country"  # kept as typed
+    assert field.get_attribute("aria-invalid") == "true"
+    assert site.api("GET", "/experiments/dims-edited").json()["dimensions"] == ["country"]
+    assert serious_violations(page, axe_source) == []
+
+    # corrected: saved through the API's service, a new version, audited
+    before = site.api("GET", "/experiments/dims-edited").json()["version"]
+    field.fill("country, /device/os")
+    page.get_by_role("button", name="Save dimensions").click()
+    page.wait_for_url("**/console/experiments/dims-edited#dimensions")
+    assert page.locator("#dimensions .captured code").all_inner_texts() == ["country", "/device/os"]
+    after = site.api("GET", "/experiments/dims-edited").json()
+    assert (after["dimensions"], after["version"]) == (["country", "/device/os"], before + 1)
+    trail = site.api("GET", "/audit?resourceType=experiment&resourceKey=dims-edited").json()
+    update = next(e for e in trail["entries"] if e["action"] == "experiment.update")
+    assert update["after"]["dimensions"] == ["country", "/device/os"]
+    assert page.get_by_label("Split by", exact=True).locator("option").all_inner_texts() == [
+        "nothing (totals only)",
+        "country",
+        "/device/os",
+    ]
