@@ -363,3 +363,14 @@ def test_the_time_series_of_a_slice_ends_at_its_results(
         refused = api.get(f"/experiments/{key}/timeseries", params=params)
         assert refused.status_code == 422, refused.text
         assert field in [d["field"] for d in refused.json()["error"]["details"]]
+
+
+def test_a_dimension_no_name_can_hold_is_refused_not_sent_to_the_database(
+    api: Api, experiment: dict[str, Any]
+) -> None:
+    for dimension in ("event:pur\x00chase:browser", "event:purchase:br\x00owser", "x" * 501):
+        for path in ("", "/timeseries"):
+            params = {"dimension": dimension, "value": "x"}
+            response = api.get(f"/experiments/{experiment['key']}{path}", params=params)
+            assert response.status_code == 422, response.text
+            assert response.json()["error"]["details"][0]["field"] == "dimension"
