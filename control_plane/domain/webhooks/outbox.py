@@ -43,6 +43,13 @@ AUDIT_TO_WEBHOOK: dict[str, str] = {
     "experiment.metrics": "experiment.updated",
     "experiment.status": "experiment.status",
     "experiment.delete": "experiment.deleted",
+    # layers and holdouts (a holdout's status change is an update)
+    "layer.create": "layer.created",
+    "layer.update": "layer.updated",
+    "layer.delete": "layer.deleted",
+    "holdout.create": "holdout.created",
+    "holdout.update": "holdout.updated",
+    "holdout.delete": "holdout.deleted",
     # metrics
     "metric.create": "metric.created",
     "metric.update": "metric.updated",
