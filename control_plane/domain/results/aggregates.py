@@ -235,19 +235,38 @@ class Slicer:
     prop: str | None = None
     values: tuple[str, ...] = ()
 
-    def source(self, project_id: str, kind: str, subject: str) -> Any:
-        """A subquery of (unit, value) for the subject's units (at most one row per unit)."""
+    def source(
+        self,
+        project_id: str,
+        kind: str,
+        subject: str,
+        units: tuple[str | None, str | None] = (None, None),
+        *,
+        ordered: bool = False,
+    ) -> Any:
+        """A subquery of (unit, value) for the subject's units in the half-open range ``units``
+        (at most one row per unit).
+
+        ``ordered`` (for a merge join on PostgreSQL): in unit order, which keeps the subquery
+        from being pulled up into the outer join. Pulled up as the nullable side of an outer
+        join, PostgreSQL 15 does not see that the key's leading columns are constants there, so
+        it takes the covering key for no order at all and sorts the whole attribute (a million
+        rows: 0.7 s); planned on its own, the key is read in unit order, from the range on."""
+        low, high = units
         if self.attribute is not None:
-            return (
-                select(ExposureAttribute.unit.label("unit"), ExposureAttribute.value.label("value"))
-                .where(
-                    ExposureAttribute.project_id == project_id,
-                    ExposureAttribute.kind == kind,
-                    ExposureAttribute.subject == subject,
-                    ExposureAttribute.name == self.attribute,
-                )
-                .subquery()
+            query = select(
+                ExposureAttribute.unit.label("unit"), ExposureAttribute.value.label("value")
+            ).where(
+                ExposureAttribute.project_id == project_id,
+                ExposureAttribute.kind == kind,
+                ExposureAttribute.subject == subject,
+                ExposureAttribute.name == self.attribute,
             )
+            if low is not None:
+                query = query.where(ExposureAttribute.unit >= low)
+            if high is not None:
+                query = query.where(ExposureAttribute.unit < high)
+            return (query.order_by(ExposureAttribute.unit) if ordered else query).subquery()
         assert self.event is not None
         assert self.prop is not None
         # per exposed unit, one probe of ix_events_analysis (project, event, unit, ts): a plan
@@ -265,15 +284,16 @@ class Slicer:
             .correlate(Exposure)
             .scalar_subquery()
         )
-        return (
-            select(Exposure.unit.label("unit"), first.label("value"))
-            .where(
-                Exposure.project_id == project_id,
-                Exposure.kind == kind,
-                Exposure.subject == subject,
-            )
-            .subquery()
+        query = select(Exposure.unit.label("unit"), first.label("value")).where(
+            Exposure.project_id == project_id,
+            Exposure.kind == kind,
+            Exposure.subject == subject,
         )
+        if low is not None:
+            query = query.where(Exposure.unit >= low)
+        if high is not None:
+            query = query.where(Exposure.unit < high)
+        return (query.order_by(Exposure.unit) if ordered else query).subquery()
 
     def holds(self, project_id: str, kind: str, subject: str, index: int) -> ColumnElement[bool]:
         """The condition that keeps the exposed units of the slice ``index`` (a join's
@@ -307,7 +327,12 @@ def _unit_rows(
     slicer: Slicer | None = None,
 ) -> tuple[Select[Any], list[_Shape]]:
     """One row per exposed unit (in ``units``, a half-open range) that has matching events: its
-    arm and per-metric values, and with a ``slicer`` its slice index (``slice``)."""
+    arm and per-metric values, and with a ``slicer`` its slice index (``slice``).
+
+    The slicer's values are joined to the per-unit rows, once per unit and in unit order (a
+    merge join on PostgreSQL), not to every joined event before they are grouped: that read
+    and compared each unit's value once per event (a page-view range of 1M units / 5M events
+    took 1.6 times as long as unsliced; now 1.2 times)."""
     # Without CUPED the join keeps only events at or after the exposure already.
     after = Event.ts >= Exposure.exposed_at if cuped else _ALWAYS
     before = and_(Event.ts < Exposure.exposed_at, Event.ts >= Exposure.exposed_at - CUPED_WINDOW_MS)
@@ -334,14 +359,22 @@ def _unit_rows(
         Event.ts >= window_start,
     )
     where = exposed_units(project_id, kind, subject, units)
-    query = select(func.min(Exposure.arm).label("arm"), *columns).select_from(Exposure)
-    if slicer is not None:
-        values = slicer.source(project_id, kind, subject)
-        query = query.outerjoin(values, values.c.unit == Exposure.unit).add_columns(
-            func.min(slicer.index(values.c.value)).label("slice")
-        )
-    query = query.join(Event, joined).where(where).group_by(Exposure.unit)
-    return query, shapes
+    query = (
+        select(func.min(Exposure.arm).label("arm"), *columns)
+        .select_from(Exposure)
+        .join(Event, joined)
+        .where(where)
+        .group_by(Exposure.unit)
+    )
+    if slicer is None:
+        return query, shapes
+    per_unit = query.add_columns(Exposure.unit.label("unit")).subquery("per_unit")
+    values = slicer.source(project_id, kind, subject, units, ordered=dialect == "postgresql")
+    sliced = select(
+        *(column for column in per_unit.c if column.name != "unit"),
+        slicer.index(values.c.value).label("slice"),
+    ).select_from(per_unit.outerjoin(values, values.c.unit == per_unit.c.unit))
+    return sliced, shapes
 
 
 def exposed_units(
@@ -716,22 +749,53 @@ def _aggregates(
 
 
 async def value_counts(
-    session: AsyncSession, project_id: str, kind: str, subject: str, slicer: Slicer
+    session: AsyncSession,
+    project_id: str,
+    kind: str,
+    subject: str,
+    slicer: Slicer,
+    ranges: Sequence[tuple[str | None, str | None]] | None = None,
 ) -> dict[tuple[str, str | None], int]:
-    """Exposed units per (arm, the unit's value of the slicer's dimension; ``None``: none)."""
-    values = slicer.source(project_id, kind, subject)
-    rows = await session.execute(
-        select(Exposure.arm, values.c.value, func.count())
-        .select_from(Exposure)
-        .outerjoin(values, values.c.unit == Exposure.unit)
-        .where(
-            Exposure.project_id == project_id,
-            Exposure.kind == kind,
-            Exposure.subject == subject,
+    """Exposed units per (arm, the unit's value of the slicer's dimension; ``None``: none).
+
+    On PostgreSQL one query per unit range (``ranges``, or :func:`unit_ranges`'), run at once
+    like the sums, each a merge join of the exposures and the values in unit order."""
+    engine = session.bind
+    postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
+
+    def counted(units: tuple[str | None, str | None]) -> Select[Any]:
+        values = slicer.source(project_id, kind, subject, units, ordered=postgres)
+        where = and_(
+            Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
         )
-        .group_by(Exposure.arm, values.c.value)
-    )
-    return {(arm, value): int(n) for arm, value, n in rows.all()}
+        low, high = units
+        if low is not None:
+            where = and_(where, Exposure.unit >= low)
+        if high is not None:
+            where = and_(where, Exposure.unit < high)
+        return (
+            select(
+                Exposure.arm.label("arm"), values.c.value.label("value"), func.count().label("n")
+            )
+            .select_from(Exposure)
+            .outerjoin(values, values.c.unit == Exposure.unit)
+            .where(where)
+            .group_by(Exposure.arm, values.c.value)
+        )
+
+    if postgres:
+        assert isinstance(engine, AsyncEngine)
+        if ranges is None:
+            ranges = await unit_ranges(session, project_id, kind, subject)
+        parts = await postgres_all(engine, [counted(units) for units in ranges])
+        rows: list[Any] = [row for part in parts for row in part]
+    else:
+        rows = list((await session.execute(counted((None, None)))).mappings())
+    counts: dict[tuple[str, str | None], int] = {}
+    for row in rows:
+        key = (row["arm"], row["value"])
+        counts[key] = counts.get(key, 0) + int(row["n"])
+    return counts
 
 
 async def slice_moments(
@@ -744,6 +808,7 @@ async def slice_moments(
     cuped: bool,
     slicer: Slicer,
     exposed: Mapping[tuple[str, int], int],
+    ranges: Sequence[tuple[str | None, str | None]] | None = None,
 ) -> dict[str, dict[tuple[str, int], ArmAggregate]]:
     """``{metric key: {(arm, slice index): ArmAggregate}}``, the sums of :func:`arm_moments`
     per slice of the exposed units (``exposed``: their number per arm and slice index).
@@ -751,12 +816,14 @@ async def slice_moments(
     ``metrics`` come with their caps resolved (a percentile cap is the whole experiment's, so
     that a slice's units are capped as they are in the totals) and their shifts (any shift gives
     the same statistics). The queries are the totals', with the slicer's values joined in unit
-    order and one more key to group by; on PostgreSQL the same ranges run at once."""
+    order and one more key to group by; on PostgreSQL the same unit ranges (``ranges``, or
+    :func:`unit_ranges`') run at once."""
     assert all(m.percentile is None and m.shift is not None for m in metrics)
     engine = session.bind
     shapes = [_Shape(m.key, m.is_ratio, cuped, m.shift or Shift()) for m in metrics]
     if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql":
-        ranges = await unit_ranges(session, project_id, kind, subject)
+        if ranges is None:
+            ranges = await unit_ranges(session, project_id, kind, subject)
         groups = _by_events(metrics)
         work = [(group, units) for group in groups for units in ranges]
         parts = await postgres_all(

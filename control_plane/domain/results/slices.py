@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from control_plane.analysis.multiplicity import holm_by_key
 from control_plane.analysis.results import interval_sign
@@ -36,6 +36,7 @@ from control_plane.domain.results.aggregates import (
     MetricSpec,
     Slicer,
     slice_moments,
+    unit_ranges,
     value_counts,
     with_shifts,
 )
@@ -116,7 +117,14 @@ async def sliced_aggregates(
 ) -> tuple[Slicer, dict[int, dict[str, int]], dict[int, dict[str, dict[str, ArmAggregate]]]]:
     """The slicer with its top values, the exposed units per slice and arm, and per slice the
     metrics' per-arm aggregates (quantile metrics left out)."""
-    counts = await value_counts(session, project_id, kind, subject, slicer)
+    bind = session.bind
+    # one sample of the unit ranges for the counts and the sums (PostgreSQL runs them by range)
+    ranges = (
+        await unit_ranges(session, project_id, kind, subject)
+        if isinstance(bind, AsyncEngine) and bind.dialect.name == "postgresql"
+        else None
+    )
+    counts = await value_counts(session, project_id, kind, subject, slicer, ranges)
     slicer = replace(slicer, values=top_values(counts, top))
     exposed: dict[tuple[str, int], int] = {}
     for (arm, value), n in counts.items():
@@ -129,7 +137,15 @@ async def sliced_aggregates(
     ]
     resolved = await with_shifts(session, project_id, kind, subject, resolved, cuped=cuped)
     sums = await slice_moments(
-        session, project_id, kind, subject, resolved, cuped=cuped, slicer=slicer, exposed=exposed
+        session,
+        project_id,
+        kind,
+        subject,
+        resolved,
+        cuped=cuped,
+        slicer=slicer,
+        exposed=exposed,
+        ranges=ranges,
     )
     by_slice: dict[int, dict[str, int]] = {}
     for (arm, index), n in exposed.items():
