@@ -538,8 +538,12 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
         for key, group in placement.holdouts
     ]
     if placement.assigned:
-        captured = dimension_values(
-            body.context, row.unit_kind, row.dimensions or (), await private_attributes(scope)
+        captured = (
+            dimension_values(
+                body.context, row.unit_kind, row.dimensions, await private_attributes(scope)
+            )
+            if row.dimensions and body.context
+            else {}
         )
         found.append(
             exposures.FirstExposure(
