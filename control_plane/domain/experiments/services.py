@@ -21,8 +21,8 @@ from control_plane.domain.experiments import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.aggregates import Slicer
 from control_plane.domain.results.cache import cached
-from control_plane.domain.results.slices import check_limits, one_slice, parse_dimension
 from control_plane.domain.results.slices import describe as describe_slice
+from control_plane.domain.results.slices import one_slice, parse_split
 from control_plane.domain.results.subject import MetricDef
 from control_plane.domain.rows import find_metric, private_attributes
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
@@ -744,15 +744,12 @@ async def _time_slice(
     top: int | None,
 ) -> tuple[Slicer, int]:
     """The slicer and slice index a time series asks for, or 422 naming the field."""
-    limits = check_limits(top, None)
-    slicer = parse_dimension(dimension, row.dimensions or [])
-    if isinstance(limits, list) or isinstance(slicer, FieldError):
-        raise invalid_many(
-            (limits if isinstance(limits, list) else [])
-            + ([slicer] if isinstance(slicer, FieldError) else [])
-        )
+    split = parse_split(dimension, row.dimensions or [], top, None)
+    if isinstance(split, list):
+        raise invalid_many(split)
+    slicer, top_n, _ = split
     found = await one_slice(
-        scope.session, scope.project_id, "experiment", row.id, slicer, limits[0], value, which
+        scope.session, scope.project_id, "experiment", row.id, slicer, top_n, value, which
     )
     if isinstance(found, FieldError):
         raise invalid_many([found])
@@ -788,16 +785,10 @@ async def with_results(
     row = await find(scope, id_or_key)
     split = None
     if dimension is not None:
-        limits = check_limits(top, min_units)
-        slicer = parse_dimension(dimension, row.dimensions or [])
-        problems = (limits if isinstance(limits, list) else []) + (
-            [slicer] if isinstance(slicer, FieldError) else []
-        )
-        if problems:
-            raise invalid_many(problems)
-        assert isinstance(limits, tuple)
-        assert not isinstance(slicer, FieldError)
-        split = (dimension, slicer, *limits)
+        parsed = parse_split(dimension, row.dimensions or [], top, min_units)
+        if isinstance(parsed, list):
+            raise invalid_many(parsed)
+        split = (dimension, *parsed)
     out = await experiment_out(scope, row)
     primary, guardrails = await _metric_defs(scope, row)
     weights = {x["key"]: float(x["weight"]) for x in row.variants if x.get("weight") is not None}

@@ -252,7 +252,6 @@ class Slicer:
         join, PostgreSQL 15 does not see that the key's leading columns are constants there, so
         it takes the covering key for no order at all and sorts the whole attribute (a million
         rows: 0.7 s); planned on its own, the key is read in unit order, from the range on."""
-        low, high = units
         if self.attribute is not None:
             query = select(
                 ExposureAttribute.unit.label("unit"), ExposureAttribute.value.label("value")
@@ -262,10 +261,7 @@ class Slicer:
                 ExposureAttribute.subject == subject,
                 ExposureAttribute.name == self.attribute,
             )
-            if low is not None:
-                query = query.where(ExposureAttribute.unit >= low)
-            if high is not None:
-                query = query.where(ExposureAttribute.unit < high)
+            query = query.where(*in_range(ExposureAttribute.unit, units))
             return (query.order_by(ExposureAttribute.unit) if ordered else query).subquery()
         assert self.event is not None
         assert self.prop is not None
@@ -289,10 +285,7 @@ class Slicer:
             Exposure.kind == kind,
             Exposure.subject == subject,
         )
-        if low is not None:
-            query = query.where(Exposure.unit >= low)
-        if high is not None:
-            query = query.where(Exposure.unit < high)
+        query = query.where(*in_range(Exposure.unit, units))
         return (query.order_by(Exposure.unit) if ordered else query).subquery()
 
     def holds(self, project_id: str, kind: str, subject: str, index: int) -> ColumnElement[bool]:
@@ -386,12 +379,17 @@ def exposed_units(
     where = and_(
         Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
     )
+    return and_(where, *in_range(Exposure.unit, units), *in_range(Event.unit, units))
+
+
+def in_range(unit: Any, units: tuple[str | None, str | None]) -> list[ColumnElement[bool]]:
+    """The conditions that keep ``unit`` (a column) in the half-open range ``units`` (an open
+    end: none)."""
     low, high = units
-    if low is not None:
-        where = and_(where, Exposure.unit >= low, Event.unit >= low)
-    if high is not None:
-        where = and_(where, Exposure.unit < high, Event.unit < high)
-    return where
+    return [
+        *([unit >= low] if low is not None else []),
+        *([unit < high] if high is not None else []),
+    ]
 
 
 def _arm_sums(unit_rows: Select[Any], shapes: Sequence[_Shape]) -> Select[Any]:
@@ -768,11 +766,7 @@ async def value_counts(
         where = and_(
             Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
         )
-        low, high = units
-        if low is not None:
-            where = and_(where, Exposure.unit >= low)
-        if high is not None:
-            where = and_(where, Exposure.unit < high)
+        where = and_(where, *in_range(Exposure.unit, units))
         return (
             select(
                 Exposure.arm.label("arm"), values.c.value.label("value"), func.count().label("n")

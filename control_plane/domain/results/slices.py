@@ -88,6 +88,22 @@ def check_limits(top: int | None, min_units: int | None) -> tuple[int, int] | li
     return (top or DEFAULT_TOP, min_units or DEFAULT_MIN_UNITS)
 
 
+def parse_split(
+    dimension: str, declared: Sequence[str], top: int | None, min_units: int | None
+) -> tuple[Slicer, int, int] | list[FieldError]:
+    """The slicer, top and minimum units a split asks for, or every problem with them."""
+    limits = check_limits(top, min_units)
+    slicer = parse_dimension(dimension, declared)
+    problems = (limits if isinstance(limits, list) else []) + (
+        [slicer] if isinstance(slicer, FieldError) else []
+    )
+    if problems:
+        return problems
+    assert isinstance(limits, tuple)
+    assert isinstance(slicer, Slicer)
+    return (slicer, *limits)
+
+
 def top_values(counts: Mapping[tuple[str, str | None], int], top: int) -> tuple[str, ...]:
     """The ``top`` values with the most exposed units (ties by value)."""
     totals: dict[str, int] = {}
