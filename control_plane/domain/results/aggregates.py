@@ -24,7 +24,8 @@ exposures and events, with the joined units counted (``m``), and the other units
 On PostgreSQL the costly step — one row per joined event, grouped per unit — is shaped for
 streaming: one query per event name, a merge join of two index-only scans in unit order (the
 exposures key and ``ix_events_analysis``, both covering and byte-ordered, see migration 0004)
-feeding a group-by that never holds more than one unit. The units are cut into as many ranges
+feeding a group-by that never holds more than one unit; a ratio of two events full-joins two
+such per-unit streams on the unit, again in unit order. The units are cut into as many ranges
 as there are cores, at quantiles of a sample of the exposures, and the (event name, range)
 queries run at once on separate connections, with the per-arm unit counts beside them; their
 sums add up. A small experiment in a big project still gets the planner's nested loop of index
@@ -210,16 +211,37 @@ def _part(
     return cast(value, Float), cast(converted, Float)
 
 
-def _per_unit(
-    metric: MetricSpec, during: ColumnElement[bool], only_event: bool, dialect: str
-) -> tuple[ColumnElement[float], ColumnElement[float] | None, ColumnElement[float]]:
-    """(y, z, converted) per unit for ``metric`` over the joined events where ``during`` holds:
-    z is a ratio's denominator (``None`` for other metrics), and a unit converted when it has an
-    event of y's part."""
+def _part_columns(
+    metric: MetricSpec,
+    index: int,
+    which: str,
+    cuped: bool,
+    only_event: bool,
+    dialect: str,
+    cap: float | None,
+) -> list[ColumnElement[Any]]:
+    """The per-unit columns of one part of ``metric`` (at position ``index``): ``which`` 'y',
+    its y (capped at ``cap``) and c, whether the unit converted (an event of y's part); or 'z',
+    a ratio's denominator. With CUPED also the same before the exposure: x (capped) or w."""
     y_part, z_part = metric.parts
-    y, converted = _part(metric, y_part, during, only_event, dialect)
-    z = None if z_part is None else _part(metric, z_part, during, only_event, dialect)[0]
-    return y, z, converted
+    part = y_part if which == "y" else z_part
+    assert part is not None
+    after = Event.ts >= Exposure.exposed_at if cuped else _ALWAYS
+    value, converted = _part(metric, part, after, only_event, dialect)
+    columns: list[ColumnElement[Any]] = (
+        [converted.label(f"c{index}"), capped(value, cap).label(f"y{index}")]
+        if which == "y"
+        else [value.label(f"z{index}")]
+    )
+    if cuped:
+        before = and_(
+            Event.ts < Exposure.exposed_at, Event.ts >= Exposure.exposed_at - CUPED_WINDOW_MS
+        )
+        prior, _ = _part(metric, part, before, only_event, dialect)
+        columns.append(
+            capped(prior, cap).label(f"x{index}") if which == "y" else prior.label(f"w{index}")
+        )
+    return columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,54 +342,110 @@ def _unit_rows(
     slicer: Slicer | None = None,
 ) -> tuple[Select[Any], list[_Shape]]:
     """One row per exposed unit (in ``units``, a half-open range) that has matching events: its
-    arm and per-metric values, and with a ``slicer`` its slice index (``slice``).
+    arm and per-metric values (``c``, ``y``, ``z``, ``x``, ``w`` and the metric's position), and
+    with a ``slicer`` its slice index (``slice``).
+
+    Metrics reading several events (a ratio of two) are, on PostgreSQL, one per-unit query per
+    event joined on the unit (:func:`_by_event`); otherwise one query over all their events.
 
     The slicer's values are joined to the per-unit rows, once per unit and in unit order (a
     merge join on PostgreSQL), not to every joined event before they are grouped: that read
     and compared each unit's value once per event (a page-view range of 1M units / 5M events
     took 1.6 times as long as unsliced; now 1.2 times)."""
-    # Without CUPED the join keeps only events at or after the exposure already.
-    after = Event.ts >= Exposure.exposed_at if cuped else _ALWAYS
-    before = and_(Event.ts < Exposure.exposed_at, Event.ts >= Exposure.exposed_at - CUPED_WINDOW_MS)
-    window_start = Exposure.exposed_at - CUPED_WINDOW_MS if cuped else Exposure.exposed_at
     names = sorted({event for m in metrics for event in m.events})
-    columns: list[ColumnElement[Any]] = []
-    shapes: list[_Shape] = []
-    for index, metric in enumerate(metrics):
-        y, z, converted = _per_unit(metric, after, len(names) == 1, dialect)
-        columns.append(converted.label(f"c{index}"))
-        columns.append(capped(y, metric.cap).label(f"y{index}"))
-        if z is not None:
-            columns.append(z.label(f"z{index}"))
-        if cuped:
-            x, w, _ = _per_unit(metric, before, len(names) == 1, dialect)
-            columns.append(capped(x, metric.cap).label(f"x{index}"))
-            if w is not None:
-                columns.append(w.label(f"w{index}"))
-        shapes.append(_Shape(metric.key, z is not None, cuped, metric.shift or Shift()))
-    joined = and_(
-        Event.project_id == Exposure.project_id,
-        Event.unit == Exposure.unit,
-        Event.event == names[0] if len(names) == 1 else Event.event.in_(names),
-        Event.ts >= window_start,
-    )
-    where = exposed_units(project_id, kind, subject, units)
-    query = (
-        select(func.min(Exposure.arm).label("arm"), *columns)
-        .select_from(Exposure)
-        .join(Event, joined)
-        .where(where)
-        .group_by(Exposure.unit)
-    )
+    shapes = [_Shape(m.key, m.is_ratio, cuped, m.shift or Shift()) for m in metrics]
+    unit: ColumnElement[Any]
+    if len(names) > 1 and dialect == "postgresql":
+        query, unit = _by_event(project_id, kind, subject, metrics, names, cuped, units)
+    else:
+        columns: list[ColumnElement[Any]] = []
+        for index, metric in enumerate(metrics):
+            for which in ("y", "z") if metric.is_ratio else ("y",):
+                columns += _part_columns(
+                    metric, index, which, cuped, len(names) == 1, dialect, metric.cap
+                )
+        query = _grouped(project_id, kind, subject, names, cuped, units, columns)
+        unit = Exposure.unit.expression
     if slicer is None:
         return query, shapes
-    per_unit = query.add_columns(Exposure.unit.label("unit")).subquery("per_unit")
+    per_unit = query.add_columns(unit.label("unit")).subquery("per_unit")
     values = slicer.source(project_id, kind, subject, units, ordered=dialect == "postgresql")
     sliced = select(
         *(column for column in per_unit.c if column.name != "unit"),
         slicer.index(values.c.value).label("slice"),
     ).select_from(per_unit.outerjoin(values, values.c.unit == per_unit.c.unit))
     return sliced, shapes
+
+
+def _grouped(
+    project_id: str,
+    kind: str,
+    subject: str,
+    names: Sequence[str],
+    cuped: bool,
+    units: tuple[str | None, str | None],
+    columns: Sequence[ColumnElement[Any]],
+) -> Select[Any]:
+    """``columns`` (and the arm) per exposed unit over its joined events of ``names``: after
+    the exposure, or with CUPED from the start of the window before it."""
+    window_start = Exposure.exposed_at - CUPED_WINDOW_MS if cuped else Exposure.exposed_at
+    joined = and_(
+        Event.project_id == Exposure.project_id,
+        Event.unit == Exposure.unit,
+        Event.event == names[0] if len(names) == 1 else Event.event.in_(names),
+        Event.ts >= window_start,
+    )
+    return (
+        select(func.min(Exposure.arm).label("arm"), *columns)
+        .select_from(Exposure)
+        .join(Event, joined)
+        .where(exposed_units(project_id, kind, subject, units))
+        .group_by(Exposure.unit)
+    )
+
+
+def _by_event(
+    project_id: str,
+    kind: str,
+    subject: str,
+    metrics: Sequence[MetricSpec],
+    names: Sequence[str],
+    cuped: bool,
+    units: tuple[str | None, str | None],
+) -> tuple[Select[Any], ColumnElement[Any]]:
+    """The per-unit rows of metrics reading several events, and the unit column: per event, the
+    parts that read it over that event alone (each a merge join of two index scans in unit
+    order, as for one event), full-joined on the unit (a merge join of the ordered per-unit
+    rows); a unit without an event of a part has 0 for it. One query over all the events read
+    them from as many stretches of the index as there are names and sorted them all by unit
+    (a ratio of purchases to page views at 1M units / 5M events: 3.9 s a range, now 1.9 s)."""
+    per_event = []
+    for position, event in enumerate(names):
+        columns: list[ColumnElement[Any]] = []
+        for index, metric in enumerate(metrics):
+            y_part, z_part = metric.parts
+            if y_part[0] == event:
+                columns += _part_columns(metric, index, "y", cuped, True, "postgresql", None)
+            if z_part is not None and z_part[0] == event:
+                columns += _part_columns(metric, index, "z", cuped, True, "postgresql", None)
+        grouped = _grouped(project_id, kind, subject, [event], cuped, units, columns)
+        per_event.append(grouped.add_columns(Exposure.unit.label("unit")).subquery(f"e{position}"))
+    joined: Any = per_event[0]
+    unit: ColumnElement[Any] = per_event[0].c.unit
+    for sub in per_event[1:]:
+        joined = joined.outerjoin(sub, sub.c.unit == unit, full=True)
+        unit = func.coalesce(unit, sub.c.unit)
+    zero = literal(0.0, Float)
+    columns = [func.coalesce(*(sub.c.arm for sub in per_event)).label("arm")]
+    for index, metric in enumerate(metrics):
+        for name in ("c", "y", "z", "x", "w"):
+            found = [sub.c[f"{name}{index}"] for sub in per_event if f"{name}{index}" in sub.c]
+            if found:
+                value: ColumnElement[Any] = func.coalesce(found[0], zero)
+                if name in ("y", "x"):
+                    value = capped(value, metric.cap)
+                columns.append(value.label(f"{name}{index}"))
+    return select(*columns).select_from(joined), unit
 
 
 def exposed_units(
