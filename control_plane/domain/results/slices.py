@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from control_plane.analysis.moments import Moments
 from control_plane.analysis.multiplicity import holm_by_key
 from control_plane.analysis.results import interval_sign
 from control_plane.domain.results.aggregates import (
@@ -171,6 +172,30 @@ async def sliced_aggregates(
         for (arm, index), aggregate in per.items():
             aggregates[index].setdefault(metric_key, {})[arm] = aggregate
     return slicer, by_slice, aggregates
+
+
+def slice_totals(
+    specs: Sequence[MetricSpec], aggregates: Mapping[int, Mapping[str, Mapping[str, ArmAggregate]]]
+) -> dict[str, dict[str, ArmAggregate]]:
+    """The whole experiment's per-arm aggregates (quantile metrics left out) as the sums of its
+    slices' (``aggregates``, per slice index): the slices partition the exposed units."""
+    totals: dict[str, dict[str, ArmAggregate]] = {
+        spec.key: {} for spec in specs if spec.quantile is None
+    }
+    for by_metric in aggregates.values():
+        for key, by_arm in by_metric.items():
+            into = totals[key]
+            for arm, aggregate in by_arm.items():
+                have = into.get(arm)
+                if have is None:
+                    into[arm] = aggregate
+                    continue
+                assert isinstance(have.moments, Moments)
+                assert isinstance(aggregate.moments, Moments)
+                into[arm] = ArmAggregate(
+                    have.moments + aggregate.moments, have.converted + aggregate.converted
+                )
+    return totals
 
 
 def ordered(indexes: Sequence[int], values: Sequence[str]) -> list[int]:

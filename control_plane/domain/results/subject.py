@@ -36,7 +36,7 @@ from control_plane.domain.results.aggregates import (
 )
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.quantiles import arm_quantiles
-from control_plane.domain.results.slices import CORRECTION, sliced_aggregates
+from control_plane.domain.results.slices import CORRECTION, slice_totals, sliced_aggregates
 from control_plane.domain.results.slices import correct as correct_across_slices
 from control_plane.domain.results.slices import describe as describe_slice
 from control_plane.domain.results.slices import ordered as slices_in_order
@@ -358,21 +358,38 @@ async def analyse_subject(
     metrics = [primary, *guardrails]
     specs = metric_specs(metrics)
 
+    async def quantile_aggregates() -> dict[str, dict[str, ArmAggregate]]:
+        out = {}
+        for spec in specs:
+            if spec.quantile is not None:
+                by_arm = await arm_quantiles(session, project_id, kind, subject, spec)
+                out[spec.key] = {
+                    arm: ArmAggregate(q.summary(), q.units_with_events) for arm, q in by_arm.items()
+                }
+        return out
+
     async def compute() -> tuple[dict[str, dict[str, ArmAggregate]], dict[str, float | None]]:
         found: dict[str, float | None] = {}
         means = [spec for spec in specs if spec.quantile is None]
         sums = await arm_moments(session, project_id, kind, subject, means, cuped=cuped, caps=found)
-        for spec in specs:
-            if spec.quantile is not None:
-                by_arm = await arm_quantiles(session, project_id, kind, subject, spec)
-                sums[spec.key] = {
-                    arm: ArmAggregate(q.summary(), q.units_with_events) for arm, q in by_arm.items()
-                }
-        return sums, found
+        return {**sums, **await quantile_aggregates()}, found
 
-    aggregates, caps = await cached(
-        session, ("arm_moments", project_id, kind, subject, tuple(specs), cuped), compute
-    )
+    split: Split | None = None
+    if dimension is not None and all(spec.percentile is None for spec in specs):
+        # the slices partition the units, so the totals are the sums of the slices': one pass
+        # over the events (a percentile cap is the whole experiment's and must come first)
+        caps: dict[str, float | None] = {s.key: s.cap for s in specs if s.cap is not None}
+        split = await _split(session, project_id, kind, subject, specs, caps, cuped, dimension)
+        aggregates = slice_totals(specs, split[2])
+        if any(spec.quantile is not None for spec in specs):
+            quantile_key = ("quantiles", project_id, kind, subject, tuple(specs))
+            aggregates |= await cached(session, quantile_key, quantile_aggregates)
+    else:
+        aggregates, caps = await cached(
+            session, ("arm_moments", project_id, kind, subject, tuple(specs), cuped), compute
+        )
+        if dimension is not None:
+            split = await _split(session, project_id, kind, subject, specs, caps, cuped, dimension)
     exposed = {arm: aggregates[primary.key].get(arm, EMPTY).moments.n for arm in arms}
     srm = srm_check(exposed, weights)
     blocks: dict[str, dict[str, Any]] = {}
@@ -414,14 +431,9 @@ async def analyse_subject(
         why = f"{why}; sample ratio mismatch (p={srm.p_value:.2g}): check assignment before trusting this"
     primary_block = blocks[primary.key]
     primary_result = results_by_metric[primary.key]
-    split = (
-        await _dimension_block(
-            session,
-            project_id,
-            kind,
-            subject,
+    split_block = (
+        _dimension_block(
             metrics,
-            specs,
             caps,
             arms,
             control,
@@ -429,8 +441,9 @@ async def analyse_subject(
             cuped=cuped,
             prior_sd=prior_sd,
             dimension=dimension,
+            split=split,
         )
-        if dimension is not None
+        if dimension is not None and split is not None
         else None
     )
     return {
@@ -456,17 +469,38 @@ async def analyse_subject(
             primary_result, sum(exposed.values()), target_effect, running_days, len(arms)
         ),
         "notes": primary_block["notes"],
-        **({"dimension": split} if split is not None else {}),
+        **({"dimension": split_block} if split_block is not None else {}),
     }
 
 
-async def _dimension_block(
+Split = tuple[Slicer, dict[int, dict[str, int]], dict[int, dict[str, dict[str, ArmAggregate]]]]
+
+
+async def _split(
     session: AsyncSession,
     project_id: str,
     kind: str,
     subject: str,
-    metrics: Sequence[MetricDef],
     specs: Sequence[MetricSpec],
+    caps: Mapping[str, float | None],
+    cuped: bool,
+    dimension: tuple[str, Slicer, int, int],
+) -> Split:
+    """The slicer with its top values, the exposed units per slice and arm, and per slice the
+    metrics' aggregates (:func:`~control_plane.domain.results.slices.sliced_aggregates`)."""
+    _, slicer, top, _ = dimension
+
+    async def compute() -> Split:
+        return await sliced_aggregates(
+            session, project_id, kind, subject, specs, caps, cuped=cuped, slicer=slicer, top=top
+        )
+
+    key = ("slices", project_id, kind, subject, tuple(specs), cuped, slicer, top)
+    return await cached(session, key, compute)
+
+
+def _dimension_block(
+    metrics: Sequence[MetricDef],
     caps: Mapping[str, float | None],
     arms: Sequence[str],
     control: str,
@@ -475,18 +509,12 @@ async def _dimension_block(
     cuped: bool,
     prior_sd: float | None,
     dimension: tuple[str, Slicer, int, int],
+    split: Split,
 ) -> dict[str, Any]:
     """The results per slice of ``dimension``: each slice's units per arm and, per metric, the
     block of the totals, tested when every arm has ``min_units``, corrected across slices."""
-    name, slicer, top, min_units = dimension
-
-    async def compute() -> Any:
-        return await sliced_aggregates(
-            session, project_id, kind, subject, specs, caps, cuped=cuped, slicer=slicer, top=top
-        )
-
-    key = ("slices", project_id, kind, subject, tuple(specs), cuped, slicer, top)
-    slicer, exposed, aggregates = await cached(session, key, compute)
+    name, _, top, min_units = dimension
+    slicer, exposed, aggregates = split
     slices = []
     tested_blocks: dict[str, list[dict[str, Any]]] = {m.key: [] for m in metrics}
     for index in slices_in_order(list(exposed), slicer.values):
