@@ -244,7 +244,7 @@ def test_the_heartbeat_names_committed_versions_and_environments(quick_api: Api)
         ping = None
         while ping is None:  # a heartbeat may have read the versions just before the bump
             message = p.decode_to_relay(ws.receive_bytes(timeout=30))
-            if isinstance(message, p.Ping) and dict(message.environments) != before:
+            if isinstance(message, p.Ping) and message.environments != before:
                 ping = message
         # ``poison`` bumped every version behind the hub's back: the heartbeat tells
         assert ping.environments == {
