@@ -600,6 +600,15 @@ async def sample_units(
     return UnitSample(list(itertools.pairwise(bounds)), estimated if sample else None)
 
 
+def postgres_engine(session: AsyncSession) -> AsyncEngine | None:
+    """The session's engine when it is PostgreSQL's, whose analysis runs by unit range on
+    connections of its own (:func:`postgres_all`); ``None`` for SQLite."""
+    engine = session.bind
+    if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql":
+        return engine
+    return None
+
+
 async def postgres_all(engine: AsyncEngine, statements: Sequence[Executable]) -> list[list[Any]]:
     """Each statement's rows, as many statements at once as there are cores, each on its own
     connection with the planner settings above."""
@@ -637,9 +646,8 @@ async def arm_moments(
     if not metrics:
         return {}
     caps = {} if caps is None else caps
-    engine = session.bind
-    postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
-    if any(m.percentile is not None for m in metrics) and (cuped or not postgres):
+    engine = postgres_engine(session)
+    if any(m.percentile is not None for m in metrics) and (cuped or engine is None):
         return await _resolve_caps_first(session, project_id, kind, subject, metrics, cuped, caps)
     metrics = await with_shifts(session, project_id, kind, subject, metrics, cuped=cuped)
     for m in metrics:
@@ -654,7 +662,7 @@ async def arm_moments(
         )
         .group_by(Exposure.arm)
     )
-    if isinstance(engine, AsyncEngine) and postgres:
+    if engine is not None:
         summed = await _postgres_sums(
             engine, session, project_id, kind, subject, metrics, cuped, caps, per_arm
         )
@@ -684,8 +692,7 @@ async def with_shifts(
     """Each metric with the values its sums are taken about: the first joined unit's y, z and
     x (a ``LIMIT 1`` of the per-unit query, which streams in unit order and stops at once).
     Conversions (0/1) need none; no unit with events, or a value that is not finite, leaves 0."""
-    bind = session.bind
-    dialect = bind.dialect.name if bind is not None else "sqlite"
+    dialect = "postgresql" if postgres_engine(session) is not None else "sqlite"
     resolved = []
     for metric in metrics:
         if metric.shift is None and metric.aggregation != "conversion":
@@ -836,11 +843,10 @@ async def value_counts(
 
     On PostgreSQL one query per unit range (``ranges``, or :func:`unit_ranges`'), run at once
     like the sums, each a merge join of the exposures and the values in unit order."""
-    engine = session.bind
-    postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
+    engine = postgres_engine(session)
 
     def counted(units: tuple[str | None, str | None]) -> Select[Any]:
-        values = slicer.source(project_id, kind, subject, units, ordered=postgres)
+        values = slicer.source(project_id, kind, subject, units, ordered=engine is not None)
         where = and_(
             Exposure.project_id == project_id, Exposure.kind == kind, Exposure.subject == subject
         )
@@ -855,8 +861,7 @@ async def value_counts(
             .group_by(Exposure.arm, values.c.value)
         )
 
-    if postgres:
-        assert isinstance(engine, AsyncEngine)
+    if engine is not None:
         if ranges is None:
             ranges = await unit_ranges(session, project_id, kind, subject)
         parts = await postgres_all(engine, [counted(units) for units in ranges])
@@ -891,9 +896,9 @@ async def slice_moments(
     order and one more key to group by; on PostgreSQL the same unit ranges (``ranges``, or
     :func:`unit_ranges`') run at once."""
     assert all(m.percentile is None and m.shift is not None for m in metrics)
-    engine = session.bind
+    engine = postgres_engine(session)
     shapes = [_Shape(m.key, m.is_ratio, cuped, m.shift or Shift()) for m in metrics]
-    if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql":
+    if engine is not None:
         if ranges is None:
             ranges = await unit_ranges(session, project_id, kind, subject)
         groups = _by_events(metrics)
@@ -1008,8 +1013,7 @@ async def percentile_cap(
     k = max(1, math.ceil(round(percentile * total, 9)))
     top = total - k + 1
     uncapped = replace(metric, cap=None)
-    engine = session.bind
-    postgres = isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
+    engine = postgres_engine(session)
 
     def largest(units: tuple[str | None, str | None]) -> Select[Any]:
         rows, _ = _unit_rows(
@@ -1018,14 +1022,13 @@ async def percentile_cap(
             subject,
             [uncapped],
             False,
-            "postgresql" if postgres else "sqlite",
+            "postgresql" if engine is not None else "sqlite",
             units,
         )
         per_unit = rows.subquery()
         return select(per_unit.c.y0.label("y")).order_by(per_unit.c.y0.desc()).limit(top)
 
-    if postgres:
-        assert isinstance(engine, AsyncEngine)
+    if engine is not None:
         ranges = await unit_ranges(session, project_id, kind, subject)
         parts = await postgres_all(engine, [largest(units) for units in ranges])
         values = [float(row["y"]) for rows in parts for row in rows]

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from control_plane.analysis.moments import Moments
 from control_plane.analysis.multiplicity import holm_by_key
@@ -36,6 +36,7 @@ from control_plane.domain.results.aggregates import (
     ArmAggregate,
     MetricSpec,
     Slicer,
+    postgres_engine,
     slice_moments,
     unit_ranges,
     value_counts,
@@ -120,6 +121,11 @@ def slice_index(value: str | None, values: Sequence[str]) -> int:
     return values.index(value) if value in values else OTHER
 
 
+# the slicer with its top values, the exposed units per slice index and arm, and per slice index
+# the metrics' per-arm aggregates
+Split = tuple[Slicer, dict[int, dict[str, int]], dict[int, dict[str, dict[str, ArmAggregate]]]]
+
+
 async def sliced_aggregates(
     session: AsyncSession,
     project_id: str,
@@ -131,14 +137,13 @@ async def sliced_aggregates(
     cuped: bool,
     slicer: Slicer,
     top: int,
-) -> tuple[Slicer, dict[int, dict[str, int]], dict[int, dict[str, dict[str, ArmAggregate]]]]:
+) -> Split:
     """The slicer with its top values, the exposed units per slice and arm, and per slice the
     metrics' per-arm aggregates (quantile metrics left out)."""
-    bind = session.bind
     # one sample of the unit ranges for the counts and the sums (PostgreSQL runs them by range)
     ranges = (
         await unit_ranges(session, project_id, kind, subject)
-        if isinstance(bind, AsyncEngine) and bind.dialect.name == "postgresql"
+        if postgres_engine(session) is not None
         else None
     )
     counts = await value_counts(session, project_id, kind, subject, slicer, ranges)

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Float, Select, and_, case, cast, func, literal, select
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
 from control_plane.analysis import Moments, SequentialBounds, analyse
@@ -35,6 +35,7 @@ from control_plane.domain.results.aggregates import (
     capped,
     exposed_units,
     postgres_all,
+    postgres_engine,
     unit_ranges,
     value_sum,
     with_shifts,
@@ -188,8 +189,8 @@ async def day_increments(
     shift = metric.shift or Shift()
     if not metric.is_ratio:
         shift = Shift(shift.y)
-    bind = session.bind
-    dialect = bind.dialect.name if bind is not None else "sqlite"
+    engine = postgres_engine(session)
+    dialect = "postgresql" if engine is not None else "sqlite"
     exposures = await session.execute(
         select(Exposure.arm, (Exposure.exposed_at // DAY_MS).label("day"), func.count())
         .where(
@@ -203,11 +204,11 @@ async def day_increments(
     exposed: dict[tuple[int, str], int] = {
         (int(day), arm): int(n) for arm, day, n in exposures.all()
     }
-    if isinstance(bind, AsyncEngine) and dialect == "postgresql":
+    if engine is not None:
         # unit ranges at once, as for the results (the sums of the ranges add up)
         ranges = await unit_ranges(session, project_id, kind, subject)
         parts = await postgres_all(
-            bind,
+            engine,
             [
                 _increments_query(project_id, kind, subject, metric, dialect, r, only)
                 for r in ranges
