@@ -36,7 +36,7 @@ from control_plane.domain.results.aggregates import (
 )
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.quantiles import arm_quantiles
-from control_plane.domain.results.slices import CORRECTION, slice_totals, sliced_aggregates
+from control_plane.domain.results.slices import CORRECTION, Split, slice_totals, sliced_aggregates
 from control_plane.domain.results.slices import correct as correct_across_slices
 from control_plane.domain.results.slices import describe as describe_slice
 from control_plane.domain.results.slices import ordered as slices_in_order
@@ -471,9 +471,6 @@ async def analyse_subject(
         "notes": primary_block["notes"],
         **({"dimension": split_block} if split_block is not None else {}),
     }
-
-
-Split = tuple[Slicer, dict[int, dict[str, int]], dict[int, dict[str, dict[str, ArmAggregate]]]]
 
 
 async def _split(
