@@ -78,13 +78,18 @@ SETUP = [
 ]
 
 
-def generate_sql(dialect: str, project: str = "prj_bench", subject: str = "exp_bench") -> list[str]:
-    """The exposures and events, written by the database itself, for ``subject`` of ``project``."""
-    series = (
+def numbers(dialect: str) -> str:
+    """A FROM item of the integers g = 1 … {n} (``str.format`` it with n) on either database."""
+    return (
         "generate_series(1, {n}) AS s(g)"
         if dialect == "postgresql"
         else "(WITH RECURSIVE c(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM c WHERE g < {n}) SELECT g FROM c) AS s"
     )
+
+
+def generate_sql(dialect: str, project: str = "prj_bench", subject: str = "exp_bench") -> list[str]:
+    """The exposures and events, written by the database itself, for ``subject`` of ``project``."""
+    series = numbers(dialect)
     concat = "'u' || g"
     return [
         f"""INSERT INTO exposures (project_id, kind, subject, unit, arm, exposed_at)
@@ -106,11 +111,7 @@ def attribute_sql(
     """Each exposed unit's ``country`` as its exposure captures it, written by the database:
     ``C00`` to ``C19``, skewed (value i for r in [0, 1000) with i = 20 r² / 10⁶, so ``C00`` gets
     about 22 % of the units and ``C19`` 2.5 %), none for ``NO_VALUE_PERCENT`` % of the units."""
-    series = (
-        "generate_series(1, {n}) AS s(g)"
-        if dialect == "postgresql"
-        else "(WITH RECURSIVE c(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM c WHERE g < {n}) SELECT g FROM c) AS s"
-    )
+    series = numbers(dialect)
     # r: a permutation of g % 1000 (7919 is prime to 1000), so the value does not follow g's
     # order; i: integer arithmetic on both databases
     return [
