@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from shared.engine.experiments import variant_of
 from tests.browser.conftest import Site
@@ -412,7 +413,11 @@ def test_works_under_a_strict_content_security_policy(site: Site, context: Any) 
         "/csp", '<h1 id="csp">Original</h1>', unit=unit, headers={"Content-Security-Policy": policy}
     )
     page.goto(url)
-    page.wait_for_function("document.getElementById('csp').textContent === 'Brand new headline'")
+    # not wait_for_function: polling a predicate compiles it in the page, which this very policy
+    # forbids ('unsafe-eval'), so it failed whenever the swap had not happened by the first look;
+    # a locator's wait runs in Playwright's own isolated world
+    expect(page.locator("#csp")).to_have_text("Brand new headline", timeout=30_000)
+    assert page.text_content("#csp") == "Brand new headline"
     assert page.is_visible("#csp")
     assert [m for m in messages if "Content Security Policy" in m] == []
 
