@@ -295,7 +295,7 @@ def _segment_rule(rule: Any, path: str, salt: str, resolve_segment: SegmentResol
 
 def _patterns(rules: Any) -> list[tuple[str, str]]:
     """The ``matches`` patterns of ``rules`` (a flag's or a segment's), with their paths."""
-    found = []
+    found: list[tuple[str, str]] = []
     for i, rule in enumerate(rules if isinstance(rules, ARRAYS) else ()):
         clauses = getattr(rule, "clauses", ())
         for j, clause in enumerate(clauses if isinstance(clauses, ARRAYS) else ()):
