@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from shared.engine import CompiledEnvironment, compile_patch, compile_snapshot
+from shared.engine.rules import any_searches
 from shared.keys import hash_token
 from shared.wire.protocol import Access, AccessKey, Patch, apply_patch, patched_keys
 from shared.wire.snapshot import Snapshot
@@ -56,6 +57,9 @@ class EnvironmentState:
     access: Access
     received_at: float  # wall-clock seconds when this version was accepted (or loaded from disk)
     etag: str
+    searches: bool = False
+    """Whether some rule runs a regular expression: then evaluations run off the event loop
+    (``relay.routes.evaluation``). After a patch it stays true until the next full snapshot."""
 
     @classmethod
     def build(
@@ -79,6 +83,7 @@ class EnvironmentState:
             access=access,
             received_at=time.time() if received_at is None else received_at,
             etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',
+            searches=any_searches([*snapshot.flags.values(), *snapshot.segments.values()]),
         )
 
     @classmethod
@@ -98,6 +103,11 @@ class EnvironmentState:
             access=patch.access or previous.access,
             received_at=time.time(),
             etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',
+            searches=previous.searches
+            or any_searches(
+                [snapshot.flags.get(k) for k in flags]
+                + [snapshot.segments.get(k) for k in segments]
+            ),
         )
 
 

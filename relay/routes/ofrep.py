@@ -23,10 +23,11 @@ import hashlib
 import time
 
 from relay.http import Request, Response, Router, json_encode, ofrep_error_body
+from relay.routes import evaluation
 from relay.routes.admission import Admission, Browser
 from relay.routes.contexts import ContextError, parse_context, targeting_key_problem
 from relay.routes.sse import EventStreams
-from shared.engine import evaluate, evaluate_all, ofrep_error_code
+from shared.engine import ofrep_error_code
 
 BULK_PATH = "/ofrep/v1/evaluate/flags"
 SINGLE_PATH = "/ofrep/v1/evaluate/flags/{key}"
@@ -88,8 +89,8 @@ class OfrepRoutes:
         if if_none_match is not None and etag_matches(if_none_match, etag):
             return Response(304, b"", headers[1:])  # no body, so no content type
 
-        evaluations = evaluate_all(
-            state.compiled, context, int(now * 1000), client_side_only=not admitted.trusted
+        evaluations = await evaluation.all_flags(
+            state, context, int(now * 1000), client_side_only=not admitted.trusted
         )
         parts = view.ofrep_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))
@@ -133,14 +134,14 @@ class OfrepRoutes:
         if problem is not None:
             return Response(400, _failure(*problem, key), headers)
 
-        evaluation = evaluate(state.compiled, key, context, time.time_ns() // 1_000_000)
+        result = await evaluation.one_flag(state, key, context, time.time_ns() // 1_000_000)
         self.metrics.count_evaluations(state.environment, 1)
-        self.browser.evaluated(state, context, {key: evaluation})
-        error = ofrep_error_code(evaluation)
+        self.browser.evaluated(state, context, {key: result})
+        error = ofrep_error_code(result)
         if error is None:
-            return Response(200, admitted.view.ofrep_item(key, evaluation), headers)
+            return Response(200, admitted.view.ofrep_item(key, result), headers)
         if error == "FLAG_NOT_FOUND":
             return Response(404, _failure(error, f"flag {key!r} not found", key), headers)
         if error == "GENERAL":
             return Response(500, _failure(error, "the flag could not be evaluated", key), headers)
-        return Response(400, admitted.view.ofrep_item(key, evaluation), headers)
+        return Response(400, admitted.view.ofrep_item(key, result), headers)

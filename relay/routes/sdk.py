@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 
 from relay.http import Request, Response, Router, vane_error, vane_error_body
+from relay.routes import evaluation
 from relay.routes.admission import Admission, Browser
 from relay.routes.contexts import ContextError, parse_context
-from shared.engine import evaluate_all
 
 
 def register(router: Router, browser: Browser) -> None:
@@ -45,8 +45,8 @@ class SdkRoutes:
         state = admitted.state
         view = admitted.view
         now_ms = time.time_ns() // 1_000_000
-        evaluations = evaluate_all(
-            state.compiled, context, now_ms, client_side_only=not admitted.trusted
+        evaluations = await evaluation.all_flags(
+            state, context, now_ms, client_side_only=not admitted.trusted
         )
         parts = view.sdk_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))

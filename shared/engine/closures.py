@@ -27,6 +27,7 @@ from shared.engine.rules import (
     SegmentResolver,
     StringIn,
     bucket_input,
+    check_search_budget,
     compile_rule_clauses,
     sequence,
     text,
@@ -394,6 +395,8 @@ def build_flag(
 
         served = _serve(rule.serve, f"{path}.serve", variations, rule_result, salt, bucket_by)
         rules.append((match, served.fixed, served.run))
+
+    check_search_budget(flag.rules, "this flag's patterns together")
 
     def fallthrough_result(idx: int, in_rollout: bool) -> Evaluation:
         return make(idx, Reason.FALLTHROUGH, in_rollout=in_rollout)

@@ -30,6 +30,7 @@ attribute values of the wrong type are simply not a match.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -118,8 +119,16 @@ _RFC3339 = re.compile(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+MAX_DATE_LENGTH = 64
+"""The longest timestamp string ``before``/``after`` read (an RFC 3339 time with nanoseconds
+and an offset is 35 characters): a longer attribute is no match, a longer clause value refused."""
+
+
 def parse_rfc3339_ms(text: str) -> float | None:
-    """Epoch milliseconds of an RFC 3339 timestamp, or ``None`` if it is not one."""
+    """Epoch milliseconds of an RFC 3339 timestamp, or ``None`` if it is not one (or is longer
+    than ``MAX_DATE_LENGTH``)."""
+    if len(text) > MAX_DATE_LENGTH:
+        return None
     m = _RFC3339.fullmatch(text)
     if m is None:
         return None
@@ -170,9 +179,17 @@ _SEMVER = re.compile(
 )
 
 
+MAX_VERSION_LENGTH = 256
+"""The longest version string the ``semVer*`` operators read (npm's semver has the same bound):
+past it an attribute is no match and a clause value is refused. Found from outside: a 500 KB
+attribute took seconds a request, one of 200,000 digits exceeded Python's integer conversion
+limit and answered 500."""
+
+
 def parse_semver(value: Any) -> SemVer | None:
-    """A sortable key for a version string (build metadata dropped), or ``None``."""
-    if not isinstance(value, str):
+    """A sortable key for a version string (build metadata dropped), or ``None`` (also for one
+    longer than ``MAX_VERSION_LENGTH``)."""
+    if not isinstance(value, str) or len(value) > MAX_VERSION_LENGTH:
         return None
     m = _SEMVER.fullmatch(value)
     if m is None:
@@ -235,7 +252,15 @@ def _string_op(op: str, values: Sequence[Any], path: str) -> Predicate:
     if op == "contains":
         parts = tuple(texts)
         return lambda value: isinstance(value, str) and any(p in value for p in parts)
-    searches = tuple(_regex(text, f"{path}[{i}]").search for i, text in enumerate(texts))
+    compiled = [_regex(text, f"{path}[{i}]") for i, text in enumerate(texts)]
+    sizes = [int(regex.programsize) for regex in compiled]
+    crossing = over_budget(sizes, MAX_CLAUSE_PROGRAM_SIZE)
+    if crossing is not None:
+        raise InvalidAt(
+            f"{path}[{crossing}]",
+            too_large(sum(sizes), MAX_CLAUSE_PROGRAM_SIZE, "this clause's patterns together"),
+        )
+    searches = tuple(regex.search for regex in compiled)
 
     def search_any(value: Any) -> bool:
         if not isinstance(value, str) or len(value) > MAX_MATCHED_LENGTH:
@@ -253,27 +278,67 @@ MAX_MATCHED_LENGTH = 16 * 1024
 """The most characters one ``matches`` clause searches for one context: a longer attribute, or
 an array whose strings add up to more, is no match (no email, path, user agent or version string
 comes near it; RE2 is linear anyway, this bounds the constant)."""
-MAX_PROGRAM_SIZE = 2000
-"""The largest pattern ``matches`` runs, in RE2 instructions: past a few thousand, RE2's DFA
-runs out of cache and a 16 KiB search takes tens of milliseconds (``.{1000}x``: 8,005
-instructions, ~30 ms); at 2,000 the worst measured was a few milliseconds. Real targeting
-patterns are tens of instructions."""
+
+# The regular-expression budget. RE2 runs a pattern as a DFA built lazily in at most
+# ``REGEX_MAX_MEM`` bytes; a pattern whose DFA cannot fit (``[ab]*a[ab]{400}c`` has 2^400 states)
+# falls back to RE2's NFA, whose time is the searched length times the program's size. The
+# binding does not say when that happens, so the budget counts every pattern at that worst case:
+# the work of one evaluation is at most MAX_MATCHED_LENGTH characters times the instructions of
+# the patterns a flag (or a segment) runs. The same constants refuse a rule when it is saved.
+MAX_PROGRAM_SIZE = 256
+"""The largest pattern ``matches`` runs, in RE2 instructions. Real targeting patterns (an email
+domain, a path prefix, a version family) are tens of instructions; a counted repeat such as
+``.{1000}`` or ``\\pL{2,50}`` multiplies the pattern, and ``[ab]*a[ab]{400}c`` (407) took
+~0.2 s on a 16 KiB attribute."""
+MAX_CLAUSE_PROGRAM_SIZE = 512
+"""The RE2 instructions of one clause's patterns together (fifty 47-instruction patterns in one
+clause made one request take seconds)."""
+MAX_RULES_PROGRAM_SIZE = 1024
+"""The RE2 instructions of all the patterns of one flag's rules, or of one segment's rules."""
+REGEX_MAX_MEM = 256 * 1024
+"""The memory RE2 may use for one pattern (program and DFA cache); past it the DFA gives way to
+the NFA (bounded by the budget above) instead of growing: RE2's default is 8 MiB a pattern."""
 
 
-def _regex(text: str, path: str) -> Any:
-    """``text`` compiled by RE2, or ``InvalidAt`` saying why RE2 cannot run it. The binding is
-    imported on first use: a relay whose rules have no ``matches`` never loads it (~2.6 MiB)."""
+def regex_options() -> Any:
+    """The RE2 options every ``matches`` pattern is compiled with."""
     import re2
 
     options = re2.Options()
     options.log_errors = False  # the reason comes back in the exception; nothing on stderr
     options.never_capture = True  # whether it matches, never where: no submatch pass
+    options.max_mem = REGEX_MAX_MEM
+    return options
+
+
+def program_size(text: str) -> int:
+    """The RE2 instructions of a pattern ``matches`` accepts (``InvalidAt`` for one it does
+    not): what the regular-expression budget counts."""
+    return int(_regex(text, "").programsize)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_re2(text: str) -> Any:
+    """The binding is imported on first use: a relay whose rules have no ``matches`` never loads
+    it (~2.6 MiB). Cached: the budget of a flag reads the sizes of patterns compiled already."""
+    import re2
+
+    return re2.compile(text, regex_options())
+
+
+def _regex(text: str, path: str) -> Any:
+    """``text`` compiled by RE2, or ``InvalidAt`` saying why RE2 cannot run it or why it is over
+    ``MAX_PROGRAM_SIZE``."""
+    import re2
+
     try:
-        compiled = re2.compile(text, options)
+        compiled = _compile_re2(text)
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
+        if "too large" in str(reason) or "too big" in str(reason):
+            raise InvalidAt(path, too_large("far more", MAX_PROGRAM_SIZE, "the pattern")) from None
         raise InvalidAt(
             path,
             f"not a regular expression RE2 can run ({reason}); RE2 has no backreferences "
@@ -282,13 +347,26 @@ def _regex(text: str, path: str) -> Any:
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidAt(path, f"invalid regular expression: {exc}") from None
     if compiled.programsize > MAX_PROGRAM_SIZE:
-        raise InvalidAt(
-            path,
-            f"too large to run in a few milliseconds: {compiled.programsize} RE2 instructions, "
-            f"at most {MAX_PROGRAM_SIZE} (a counted repeat such as .{{1000}} or \\pL{{2,50}} "
-            "multiplies the pattern)",
-        )
+        raise InvalidAt(path, too_large(compiled.programsize, MAX_PROGRAM_SIZE, "the pattern"))
     return compiled
+
+
+def too_large(size: int | str, limit: int, what: str) -> str:
+    return (
+        f"too large to run in a few milliseconds: {what} takes {size} RE2 instructions, "
+        f"at most {limit} (a counted repeat such as .{{1000}} or \\pL{{2,50}} multiplies the "
+        "pattern; each instruction is work on every character searched)"
+    )
+
+
+def over_budget(sizes: Sequence[int], limit: int) -> int | None:
+    """The index of the size that takes the running total of ``sizes`` past ``limit``."""
+    total = 0
+    for i, size in enumerate(sizes):
+        total += size
+        if total > limit:
+            return i
+    return None
 
 
 def _number_op(op: str, values: Sequence[Any], path: str) -> Predicate:
@@ -311,7 +389,9 @@ def _date_op(op: str, values: Sequence[Any], path: str) -> Predicate:
         ms = date_ms(v)
         if ms is None:
             raise InvalidAt(
-                f"{path}[{i}]", f"{op} needs an RFC 3339 timestamp or epoch milliseconds"
+                f"{path}[{i}]",
+                f"{op} needs an RFC 3339 timestamp (at most {MAX_DATE_LENGTH} characters) "
+                "or epoch milliseconds",
             )
         instants.append(ms)
     if not instants:
@@ -338,7 +418,10 @@ def _semver_op(op: str, values: Sequence[Any], path: str) -> Predicate:
     for i, v in enumerate(values):
         parsed = parse_semver(v)
         if parsed is None:
-            raise InvalidAt(f"{path}[{i}]", f"{op} needs a semantic version string")
+            raise InvalidAt(
+                f"{path}[{i}]",
+                f"{op} needs a semantic version string of at most {MAX_VERSION_LENGTH} characters",
+            )
         versions.append(parsed)
     if not versions:
         return _never

@@ -16,7 +16,7 @@ Which segments rules name (``segmentMatch``), and the limits on that graph, are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from shared.engine import operators
@@ -293,6 +293,40 @@ def _segment_rule(rule: Any, path: str, salt: str, resolve_segment: SegmentResol
     return match_weighted
 
 
+def _patterns(rules: Any) -> list[tuple[str, str]]:
+    """The ``matches`` patterns of ``rules`` (a flag's or a segment's), with their paths."""
+    found: list[tuple[str, str]] = []
+    for i, rule in enumerate(rules if isinstance(rules, ARRAYS) else ()):
+        clauses = getattr(rule, "clauses", ())
+        for j, clause in enumerate(clauses if isinstance(clauses, ARRAYS) else ()):
+            values = getattr(clause, "values", ())
+            if getattr(clause, "op", None) == "matches" and isinstance(values, ARRAYS):
+                path = f"rules[{i}].clauses[{j}].values"
+                found.extend(
+                    (f"{path}[{k}]", v) for k, v in enumerate(values) if isinstance(v, str)
+                )
+    return found
+
+
+def check_search_budget(rules: Any, what: str) -> None:
+    """``InvalidAt`` (at the pattern that crosses it) when the patterns of a flag's or a
+    segment's compiled ``rules`` add up to more than ``operators.MAX_RULES_PROGRAM_SIZE``."""
+    patterns = _patterns(rules)
+    sizes = [operators.program_size(pattern) for _, pattern in patterns]
+    crossing = operators.over_budget(sizes, operators.MAX_RULES_PROGRAM_SIZE)
+    if crossing is not None:
+        raise InvalidAt(
+            patterns[crossing][0],
+            operators.too_large(sum(sizes), operators.MAX_RULES_PROGRAM_SIZE, what),
+        )
+
+
+def any_searches(items: Iterable[Any]) -> bool:
+    """Whether any of ``items`` (flags or segments as the wire has them) runs a ``matches``
+    clause: the relay evaluates such an environment off its event loop."""
+    return any(_patterns(getattr(item, "rules", ())) for item in items)
+
+
 def compile_segment(segment: Any, resolve_segment: SegmentResolver) -> Matcher:
     """A segment matches its included keys, then not its excluded keys, then any rule."""
     if not isinstance(segment, SegmentSnapshot):
@@ -313,6 +347,7 @@ def compile_segment(segment: Any, resolve_segment: SegmentResolver) -> Matcher:
         _segment_rule(rule, f"rules[{i}]", salt, resolve_segment)
         for i, rule in enumerate(sequence(segment.rules, "rules"))
     )
+    check_search_budget(segment.rules, "this segment's patterns together")
     included_of = _listed(segment.included_contexts, "includedContexts")
     excluded_of = _listed(segment.excluded_contexts, "excludedContexts")
 

@@ -3,12 +3,19 @@ page stalled a relay's event loop with ``^(a+)+$`` and an email of many ``a`` th
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from shared.engine import CompileError, compile_snapshot
-from shared.engine.operators import MAX_MATCHED_LENGTH
+from shared.engine.operators import (
+    MAX_CLAUSE_PROGRAM_SIZE,
+    MAX_MATCHED_LENGTH,
+    MAX_RULES_PROGRAM_SIZE,
+    program_size,
+)
 
-from .builders import clause, flag, rule, snapshot
+from .builders import clause, flag, rule, segment, segment_rule, snapshot
 from .test_operators import matches
 
 
@@ -63,3 +70,48 @@ def test_an_arrays_strings_count_together_against_the_bound() -> None:
     assert matches("matches", ["b"], [element] * 4 + ["b"]) is False
     assert matches("matches", ["b"], [element] * 4 + ["b"], negate=True) is True
     assert matches("matches", ["^a+$"], [element] * 100) is False
+
+
+# Found from outside (issue #33): RE2 accepted these, and a 16 KiB a/b attribute took seconds: the
+# pattern's DFA has 2^400 states, so RE2 runs out of DFA memory and falls back to its NFA, whose
+# time is the attribute's length times the program's size, once per pattern of the clause.
+BLOWUP = "[ab]*a[ab]{400}c"
+SMALL_BLOWUP = "[ab]*a[ab]{40}c"
+
+
+def _refused(*rules: Any) -> CompileError:
+    with pytest.raises(CompileError) as info:
+        compile_snapshot(snapshot(flag("f", rules=list(rules))))
+    return info.value
+
+
+def test_a_pattern_whose_dfa_cannot_fit_is_refused_naming_the_value() -> None:
+    error = _refused(rule(clause("email", "matches", "ok", BLOWUP)))
+    assert error.path == "flags.f.rules[0].clauses[0].values[1]"
+    assert "RE2 instructions" in error.message
+
+
+def test_a_clause_whose_patterns_add_up_past_the_budget_is_refused() -> None:
+    error = _refused(rule(clause("email", "matches", *[SMALL_BLOWUP] * 50)))
+    assert error.path.startswith("flags.f.rules[0].clauses[0].values[")
+    assert f"at most {MAX_CLAUSE_PROGRAM_SIZE}" in error.message
+
+
+def test_a_flag_whose_patterns_add_up_past_the_budget_is_refused() -> None:
+    per_clause = MAX_CLAUSE_PROGRAM_SIZE // program_size(SMALL_BLOWUP)
+    clauses = [clause(f"a{i}", "matches", *[SMALL_BLOWUP] * per_clause) for i in range(40)]
+    error = _refused(*(rule(c, id=f"r{i}") for i, c in enumerate(clauses)))
+    assert error.path.startswith("flags.f.rules[")
+    assert f"at most {MAX_RULES_PROGRAM_SIZE}" in error.message
+
+
+def test_a_segment_whose_patterns_add_up_past_the_budget_is_refused() -> None:
+    per_clause = MAX_CLAUSE_PROGRAM_SIZE // program_size(SMALL_BLOWUP)
+    rules = [
+        segment_rule(clause(f"a{i}", "matches", *[SMALL_BLOWUP] * per_clause), id=f"s{i}")
+        for i in range(40)
+    ]
+    with pytest.raises(CompileError) as info:
+        compile_snapshot(snapshot(segments=[segment("s", rules=rules)]))
+    assert info.value.path.startswith("segments.s.rules[")
+    assert f"at most {MAX_RULES_PROGRAM_SIZE}" in info.value.message

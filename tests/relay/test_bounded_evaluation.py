@@ -1,0 +1,87 @@
+"""Attributes past an operator's cap are no match over the relay's HTTP API, never a 500
+(issue #33: a semVer attribute of 200,000 digits answered 500), and an environment whose rules
+search evaluates on a worker thread with the same answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.wire.snapshot import Clause, Rule, Serve, Snapshot
+from tests.relay.helpers import ENV, _flag, auth, build_snapshot, make_relay, public_access
+
+pytestmark = pytest.mark.anyio
+
+BULK = "/ofrep/v1/evaluate/flags"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _snapshot() -> Snapshot:
+    base = build_snapshot(2)
+    flags = {
+        "old-app": _flag(
+            "old-app",
+            [True, False],
+            fallthrough=Serve(variation=1),
+            rules=(
+                Rule(
+                    id="r",
+                    clauses=(Clause(op="semVerLessThan", attribute="v", values=("2.0.0",)),),
+                    serve=Serve(variation=0),
+                ),
+            ),
+        ),
+        "ab-user": _flag(
+            "ab-user",
+            [True, False],
+            fallthrough=Serve(variation=1),
+            rules=(
+                Rule(
+                    id="m",
+                    clauses=(Clause(op="matches", attribute="s", values=("[ab]*a[ab]{10}c",)),),
+                    serve=Serve(variation=0),
+                ),
+            ),
+        ),
+    }
+    return Snapshot(
+        project="proj",
+        environment=ENV,
+        version=2,
+        flags={**base.flags, **flags},
+        segments=base.segments,
+    )
+
+
+@pytest.mark.parametrize("version", ["9" * 200_000, "1.0.0-" + "a1" * 250_000])
+async def test_a_version_past_the_cap_is_no_match_on_every_endpoint(version: str) -> None:
+    relay = make_relay()
+    state = relay.swap(_snapshot(), public_access())
+    assert state.searches
+    context = {"context": {"targetingKey": "u", "v": version, "s": "ba" + "b" * 10 + "c"}}
+    async with relay.client() as client:
+        single = await client.post(f"{BULK}/old-app", json=context, headers=auth())
+        bulk = await client.post(BULK, json=context, headers=auth())
+        sdk = await client.post("/sdk/v1/flags", json=context, headers=auth())
+        hit = await client.post(
+            f"{BULK}/old-app", json={"context": {"targetingKey": "u", "v": "1.2"}}, headers=auth()
+        )
+    assert single.status_code == 200, single.text
+    assert (single.json()["value"], single.json()["reason"]) == (False, "DEFAULT")
+    assert bulk.status_code == 200, bulk.text
+    items = {item["key"]: item for item in bulk.json()["flags"]}
+    assert items["old-app"]["value"] is False
+    assert items["ab-user"]["value"] is True  # the regex, searched on the worker thread
+    assert sdk.json()["flags"]["old-app"]["reason"] == "FALLTHROUGH"
+    assert sdk.json()["flags"]["ab-user"]["reason"] == "RULE_MATCH"
+    assert (hit.json()["value"], hit.json()["reason"]) == (True, "TARGETING_MATCH")
+
+
+async def test_an_environment_without_patterns_does_not_search() -> None:
+    relay = make_relay()
+    state = relay.store.get(ENV)
+    assert state is not None
+    assert not state.searches
