@@ -96,6 +96,19 @@ class RelayApp:
                 "corruptBytes": spool.corrupt_bytes,
             },
         )
+        self._register_forwarding()
+
+    def _register_forwarding(self) -> None:
+        """The forwarder's ``/readyz`` section and condition, and its ``/metrics`` (issue #33):
+        what it set aside and why, how old the oldest waiting event is, whether it is stalled."""
+        spool, forwarder, store, gauge = self.spool, self.forwarder, self.store, self.metrics
+
+        def stall() -> str | None:
+            # with the control plane away the relay keeps serving (``stale`` says so); stalled
+            # while connected is a fault of forwarding itself
+            return forwarder.stall() if store.connected else None
+
+        gauge.register_readiness("forwarder", stall)
         gauge.register_status(
             "forwarder",
             lambda: {
@@ -104,7 +117,41 @@ class RelayApp:
                 "accepted": forwarder.accepted,
                 "duplicates": forwarder.duplicates,
                 "rejected": forwarder.rejected,
+                "setAside": dict(forwarder.set_aside),
+                "splits": forwarder.splits,
+                "maxBodyBytes": forwarder.max_body_bytes,
+                "oldestPendingSeconds": round(spool.oldest_pending_age(), 3),
+                "stalledSeconds": round(forwarder.stalled_for(), 3),
+                "stalled": forwarder.stall() is not None,
+                "lastFailure": forwarder.last_failure,
             },
+        )
+        gauge.register_gauge_callback(
+            "events_set_aside",
+            "Events the control plane refused, set aside in rejected.jsonl, by reason "
+            "(too_large: alone over its body limit; refused: named by a 422).",
+            lambda: {(reason,): float(n) for reason, n in forwarder.set_aside.items()},
+            labels=("reason",),
+        )
+        gauge.register_gauge_callback(
+            "forward_oldest_pending_seconds",
+            "Age of the oldest spooled event not yet forwarded (0: none waiting).",
+            spool.oldest_pending_age,
+        )
+        gauge.register_gauge_callback(
+            "forward_stalled_seconds",
+            "Seconds events have waited while no batch went through (0: none waiting).",
+            forwarder.stalled_for,
+        )
+        gauge.register_gauge_callback(
+            "forward_splits",
+            "Batches halved after a 413, or a 422 naming no event.",
+            lambda: forwarder.splits,
+        )
+        gauge.register_gauge_callback(
+            "forward_max_body_bytes",
+            "The largest body the forwarder sends (lowered by a 413).",
+            lambda: forwarder.max_body_bytes,
         )
 
     def load_saved(self) -> None:
