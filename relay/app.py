@@ -10,7 +10,7 @@ import gc
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from relay.forwarder import Forwarder
 from relay.persistence import SnapshotFiles
@@ -22,6 +22,9 @@ from relay.store import EnvironmentState, Store
 from relay.sync import SyncClient
 from shared.engine import CompileError
 
+if TYPE_CHECKING:
+    import httpx
+
 logger = logging.getLogger("vane.relay")
 
 Scope = dict[str, Any]
@@ -30,7 +33,10 @@ Scope = dict[str, Any]
 class RelayApp:
     """An ASGI app: ``lifespan`` starts and stops the sync client; ``http`` goes to the routes."""
 
-    def __init__(self, settings: RelaySettings) -> None:
+    def __init__(
+        self, settings: RelaySettings, *, events_client: httpx.AsyncClient | None = None
+    ) -> None:
+        """``events_client``: what the forwarder posts events with (default: its own)."""
         self.settings = settings
         self.store = Store(stale_after=settings.stale_after_s)
         self.files = SnapshotFiles(settings.data_dir)
@@ -38,7 +44,9 @@ class RelayApp:
         self.sync = SyncClient(settings, self.store, self.files)
         self.spool_lock = claim_spool_dir(settings.data_dir)
         self.spool = Spool(self.spool_lock.path, max_bytes=settings.spool_max_bytes)
-        self.forwarder = Forwarder(settings, self.spool, upstream=lambda: self.sync.upstream)
+        self.forwarder = Forwarder(
+            settings, self.spool, events_client, upstream=lambda: self.sync.upstream
+        )
         self.http = build_http_app(self.store, settings, self.metrics, spool=self.spool)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_fault_metrics()

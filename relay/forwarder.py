@@ -248,6 +248,8 @@ class Forwarder:
                 reason = f"413: {len(content)} bytes, over the control plane's request body limit"
                 await self._set_aside(chunk, TOO_LARGE, status, [reason])
                 return []
+            # the body was over the limit, so half of it is over half the limit: the bound
+            # falls fast and never below half the real limit
             self.max_body_bytes = max(min(self.max_body_bytes, len(content) // 2), 1)
             logger.warning(
                 "control plane answered 413 to %d bytes; batches now at most %d bytes",

@@ -186,7 +186,10 @@ def recorded_exposure(
     )
     if check_event(item, ts) or sender_problems(item, "relay"):
         return None
-    return msgspec.to_builtins(item)  # type: ignore[no-any-return]
+    try:
+        return msgspec.json.decode(msgspec.json.encode(item))  # type: ignore[no-any-return]
+    except UnicodeEncodeError:  # a lone surrogate: no JSON (or msgpack) can carry it
+        return None
 
 
 def sender_problems(item: EventIn, sender: Source, prefix: str = "") -> list[Problem]:
