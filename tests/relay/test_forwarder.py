@@ -241,7 +241,7 @@ def test_readyz_is_not_ready_with_the_reason_once_forwarding_stalls(tmp_path: Pa
     assert "vane_relay_forward_stalled_seconds" in metrics
     assert 'vane_relay_events_set_aside{reason="too_large"} 0.0' in metrics
     assert recovered.status_code == 200, recovered.text
-    assert recovered.json()["notReady"] == {}
+    assert "notReady" not in recovered.json()
 
 
 def _state() -> Any:
