@@ -46,7 +46,7 @@ def test_oversized_spooled_batches_are_split_until_the_control_plane_takes_them(
         server = {"Authorization": f"Bearer {keys['server']}"}
         sent: set[str] = set()
         for request in range(3):  # 30 events of 15,000-character props: ~450 KB spooled
-            batch = [
+            batch: list[dict[str, Any]] = [
                 {
                     "unit": f"u{request}-{i}",
                     "event": "viewed",

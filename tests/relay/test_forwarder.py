@@ -299,6 +299,7 @@ def test_short_exposure_ids_are_unchanged_and_long_ones_hashed() -> None:
     assert events.exposure_event_id("flagexp", "f", "org:a", "2") == "flagexp:f:org:a:2"
     long_unit = "u" * 195
     hashed = events.exposure_event_id("exp", "hero", long_unit)
-    assert hashed.startswith("exp#:hero:") and len(hashed) <= events.MAX_TEXT
+    assert hashed.startswith("exp#:hero:")
+    assert len(hashed) <= events.MAX_TEXT
     assert hashed == events.exposure_event_id("exp", "hero", long_unit)  # retries de-duplicate
     assert hashed != events.exposure_event_id("exp", "hero", long_unit + "v")
