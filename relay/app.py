@@ -10,7 +10,7 @@ import gc
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from relay.forwarder import Forwarder
 from relay.persistence import SnapshotFiles
@@ -22,6 +22,9 @@ from relay.store import EnvironmentState, Store
 from relay.sync import SyncClient
 from shared.engine import CompileError
 
+if TYPE_CHECKING:
+    import httpx
+
 logger = logging.getLogger("vane.relay")
 
 Scope = dict[str, Any]
@@ -30,7 +33,10 @@ Scope = dict[str, Any]
 class RelayApp:
     """An ASGI app: ``lifespan`` starts and stops the sync client; ``http`` goes to the routes."""
 
-    def __init__(self, settings: RelaySettings) -> None:
+    def __init__(
+        self, settings: RelaySettings, *, events_client: httpx.AsyncClient | None = None
+    ) -> None:
+        """``events_client``: what the forwarder posts events with (default: its own)."""
         self.settings = settings
         self.store = Store(stale_after=settings.stale_after_s)
         self.files = SnapshotFiles(settings.data_dir)
@@ -38,7 +44,9 @@ class RelayApp:
         self.sync = SyncClient(settings, self.store, self.files)
         self.spool_lock = claim_spool_dir(settings.data_dir)
         self.spool = Spool(self.spool_lock.path, max_bytes=settings.spool_max_bytes)
-        self.forwarder = Forwarder(settings, self.spool, upstream=lambda: self.sync.upstream)
+        self.forwarder = Forwarder(
+            settings, self.spool, events_client, upstream=lambda: self.sync.upstream
+        )
         self.http = build_http_app(self.store, settings, self.metrics, spool=self.spool)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_fault_metrics()
@@ -96,6 +104,19 @@ class RelayApp:
                 "corruptBytes": spool.corrupt_bytes,
             },
         )
+        self._register_forwarding()
+
+    def _register_forwarding(self) -> None:
+        """The forwarder's ``/readyz`` section and condition, and its ``/metrics`` (issue #33):
+        what it set aside and why, how old the oldest waiting event is, whether it is stalled."""
+        spool, forwarder, store, gauge = self.spool, self.forwarder, self.store, self.metrics
+
+        def stall() -> str | None:
+            # with the control plane away the relay keeps serving (``stale`` says so); stalled
+            # while connected is a fault of forwarding itself
+            return forwarder.stall() if store.connected else None
+
+        gauge.register_readiness("forwarder", stall)
         gauge.register_status(
             "forwarder",
             lambda: {
@@ -104,7 +125,41 @@ class RelayApp:
                 "accepted": forwarder.accepted,
                 "duplicates": forwarder.duplicates,
                 "rejected": forwarder.rejected,
+                "setAside": dict(forwarder.set_aside),
+                "splits": forwarder.splits,
+                "maxBodyBytes": forwarder.max_body_bytes,
+                "oldestPendingSeconds": round(spool.oldest_pending_age(), 3),
+                "stalledSeconds": round(forwarder.stalled_for(), 3),
+                "stalled": forwarder.stall() is not None,
+                "lastFailure": forwarder.last_failure,
             },
+        )
+        gauge.register_gauge_callback(
+            "events_set_aside",
+            "Events the control plane refused, set aside in rejected.jsonl, by reason "
+            "(too_large: alone over its body limit; refused: named by a 422).",
+            lambda: {(reason,): float(n) for reason, n in forwarder.set_aside.items()},
+            labels=("reason",),
+        )
+        gauge.register_gauge_callback(
+            "forward_oldest_pending_seconds",
+            "Age of the oldest spooled event not yet forwarded (0: none waiting).",
+            spool.oldest_pending_age,
+        )
+        gauge.register_gauge_callback(
+            "forward_stalled_seconds",
+            "Seconds events have waited while no batch went through (0: none waiting).",
+            forwarder.stalled_for,
+        )
+        gauge.register_gauge_callback(
+            "forward_splits",
+            "Batches halved after a 413, or a 422 naming no event.",
+            lambda: forwarder.splits,
+        )
+        gauge.register_gauge_callback(
+            "forward_max_body_bytes",
+            "The largest body the forwarder sends (lowered by a 413).",
+            lambda: forwarder.max_body_bytes,
         )
 
     def load_saved(self) -> None:

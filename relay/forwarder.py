@@ -8,9 +8,21 @@ the control plane the sync client is connected to (``upstream``), so they fail o
 Spool reads and cursor commits run off the event loop; when nothing could be read although the
 spool counts pending events, the forwarder waits for the next append instead of spinning.
 
-A 422 — events the control plane refuses although the relay checked them with the same rules —
-cannot succeed by retrying: the batch is written to ``rejected.jsonl`` beside the spool,
-counted, and skipped, so one bad batch never blocks the rest.
+Nothing the control plane refuses for what it is stalls the rest (issue #33):
+
+- Batches are bounded by bytes (``upstream_max_body_bytes``, the control plane's
+  ``VANE_MAX_BODY_BYTES``) as well as by count. A 413 halves the batch until it passes, and
+  lowers the bound for later batches; an event that alone is answered 413 is set aside.
+- A 422 names the items it refuses (``events[3].unit``, ``shared.wire.events.refused_items``):
+  those are set aside and the rest resent at once. A 422 (or 400) naming no item halves the
+  batch until the refused event is alone, then sets it aside.
+- Set aside means written to ``rejected.jsonl`` beside the spool, one line per event with the
+  reason, and counted (``setAside``); the cursor then passes it. So every event a sender was
+  answered 200 for is stored once (``eventId`` de-duplicates resends) or set aside with a reason.
+
+``stalled_for``: how long events have waited while no batch went through; ``/readyz`` reports it
+(and the last failure) and, past ``forward_stall_s`` with the control plane connected, is not
+ready.
 """
 
 from __future__ import annotations
@@ -18,16 +30,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from relay.settings import RelaySettings
 from relay.spool import Batch, Spool
 from shared.backoff import Backoff
-from shared.wire.events import MAX_BATCH  # the control plane's limit per POST /events
+from shared.wire.events import MAX_BATCH, refused_items  # MAX_BATCH: per POST /events
 
 if TYPE_CHECKING:
     import httpx
@@ -35,6 +48,37 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vane.relay.forwarder")
 
 IN_FLIGHT = 3
+_HEAD = b'{"events":['
+_TAIL = b"]}"
+TOO_LARGE = "too_large"  # alone over the control plane's body limit (413)
+REFUSED = "refused"  # named by a 422 (or alone in a batch refused 400/422)
+
+Encoded = tuple[dict[str, Any], bytes]  # an event and its JSON
+
+
+def body_size(chunk: list[Encoded]) -> int:
+    """Bytes of ``{"events": [...]}`` holding ``chunk``."""
+    return len(_HEAD) + len(_TAIL) + sum(len(raw) for _, raw in chunk) + max(len(chunk) - 1, 0)
+
+
+def chunked(
+    items: list[Encoded], max_bytes: int, max_events: int = MAX_BATCH
+) -> list[list[Encoded]]:
+    """``items`` in order, in bodies of at most ``max_bytes`` and ``max_events`` (an event that
+    alone is larger goes alone: the control plane decides)."""
+    chunks: list[list[Encoded]] = []
+    current: list[Encoded] = []
+    size = len(_HEAD) + len(_TAIL)
+    for item in items:
+        extra = len(item[1]) + (1 if current else 0)
+        if current and (size + extra > max_bytes or len(current) >= max_events):
+            chunks.append(current)
+            current, size, extra = [], len(_HEAD) + len(_TAIL), len(item[1])
+        current.append(item)
+        size += extra
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 class Forwarder:
@@ -58,9 +102,33 @@ class Forwarder:
         self.backoff = Backoff(base=0.1, cap=settings.backoff_cap_s)
         self.accepted = 0
         self.duplicates = 0
-        self.rejected = 0
+        self.set_aside: dict[str, int] = {TOO_LARGE: 0, REFUSED: 0}
+        self.splits = 0  # batches halved after a 413 or an unnamed 422
         self.failures = 0
         self.upstream_ok = False
+        self.max_body_bytes = settings.upstream_max_body_bytes  # lowered by a 413
+        self.last_failure: str | None = None  # why the last batch could not be sent
+        self._advanced_at = time.monotonic()  # the last batch done with (or the start)
+        self._set_aside_ids: set[str] = set()  # of batches not yet acknowledged: not twice
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.set_aside.values())
+
+    def stalled_for(self, now: float | None = None) -> float:
+        """Seconds events have waited while no batch was done with (0: none waiting)."""
+        now = time.monotonic() if now is None else now
+        return min(now - self._advanced_at, self.spool.oldest_pending_age(now))
+
+    def stall(self) -> str | None:
+        """Why forwarding has not advanced for ``forward_stall_s``, or None."""
+        stalled = self.stalled_for()
+        if stalled <= self.settings.forward_stall_s:
+            return None
+        return (
+            f"event forwarding has not advanced for {stalled:.0f} s "
+            f"({self.spool.pending_events} events waiting): {self.last_failure or 'no answer yet'}"
+        )
 
     @property
     def url(self) -> str:
@@ -96,7 +164,7 @@ class Forwarder:
         try:
             while True:
                 while len(in_flight) < IN_FLIGHT:
-                    batch = await self.spool.read_async(MAX_BATCH, position)
+                    batch = await self.spool.read_async(MAX_BATCH, position, self.max_body_bytes)
                     if not batch.events:
                         break
                     position = batch.end
@@ -108,6 +176,9 @@ class Forwarder:
                 if delay is not None:
                     return delay, sent
                 await self.spool.acknowledge(batch)
+                self._advanced_at = time.monotonic()
+                self.last_failure = None
+                self._set_aside_ids.difference_update(_ids(batch.events))
                 sent += len(batch.events)
         finally:
             for _, task in in_flight:  # after a failure: resend from the cursor later (idempotent)
@@ -125,14 +196,36 @@ class Forwarder:
             return self._client
 
     async def _send(self, batch: Batch) -> float | None:
-        """None when the batch is done with; else the least seconds to wait before retrying."""
+        """None when every event of the batch is stored or set aside; else the least seconds to
+        wait before the whole batch is retried (what was stored meanwhile is a duplicate then)."""
         client = await self._http_client()
+        encode = msgspec.json.encode
+        items = [
+            (event, encode(event))
+            for event in batch.events
+            if event.get("eventId") not in self._set_aside_ids
+        ]
+        pending = deque(chunked(items, self.max_body_bytes))
+        while pending:
+            chunk = pending.popleft()
+            outcome = await self._post(client, chunk)
+            if isinstance(outcome, float):
+                return outcome
+            pending.extendleft(reversed(outcome))
+        return None
+
+    async def _post(
+        self, client: httpx.AsyncClient, chunk: list[Encoded]
+    ) -> list[list[Encoded]] | float:
+        """Send one body: what remains to send of it (``[]``: done with), or the delay before
+        the whole batch is retried."""
         import httpx  # loaded by now: a dictionary lookup
 
+        content = b"".join((_HEAD, b",".join(raw for _, raw in chunk), _TAIL))
         try:
             response = await client.post(
                 self.url,
-                content=msgspec.json.encode({"events": batch.events}),
+                content=content,
                 headers={
                     "Authorization": f"Bearer {self.settings.key}",
                     "Content-Type": "application/json",
@@ -140,40 +233,108 @@ class Forwarder:
             )
         except httpx.HTTPError as exc:
             self.upstream_ok = False
-            logger.info("forwarding %d events failed (%s); will retry", len(batch.events), exc)
+            self.last_failure = f"could not reach the control plane ({exc!r})"
+            logger.info("forwarding %d events failed (%s); will retry", len(chunk), exc)
             return 0.0
-        if response.status_code == 200:
+        status = response.status_code
+        if 200 <= status < 300:
             ack = response.json()
             self.accepted += int(ack.get("accepted", 0))
             self.duplicates += int(ack.get("duplicates", 0))
             self.upstream_ok = True
-            return None
-        if response.status_code == 422:
-            await self._reject(batch, response.text)
-            return None
+            return []
+        if status == 413:
+            if len(chunk) == 1:
+                reason = f"413: {len(content)} bytes, over the control plane's request body limit"
+                await self._set_aside(chunk, TOO_LARGE, status, [reason])
+                return []
+            # the body was over the limit, so half of it is over half the limit: the bound
+            # falls fast and never below half the real limit
+            self.max_body_bytes = max(min(self.max_body_bytes, len(content) // 2), 1)
+            logger.warning(
+                "control plane answered 413 to %d bytes; batches now at most %d bytes",
+                len(content),
+                self.max_body_bytes,
+            )
+            return self._halve(chunk)
+        if status in (400, 422):
+            return await self._refused(chunk, status, response)
         self.upstream_ok = False
+        self.last_failure = f"the control plane answered {status} to {len(chunk)} events"
         retry_after = response.headers.get("retry-after", "")
-        logger.warning(
-            "control plane answered %d to %d events; will retry",
-            response.status_code,
-            len(batch.events),
-        )
+        logger.warning("control plane answered %d to %d events; will retry", status, len(chunk))
         return float(retry_after) if retry_after.replace(".", "", 1).isdigit() else 0.0
 
-    async def _reject(self, batch: Batch, reason: str) -> None:
-        """Keep a refused batch beside the spool; the cursor passes it with the others."""
-        self.rejected += len(batch.events)
-        logger.error("control plane refused %d events: %s", len(batch.events), reason[:500])
-        line = msgspec.json.encode({"reason": reason[:2000], "events": batch.events}) + b"\n"
-        await asyncio.to_thread(self._append_rejected, line)
+    def _halve(self, chunk: list[Encoded]) -> list[list[Encoded]]:
+        self.splits += 1
+        middle = len(chunk) // 2
+        return [chunk[:middle], chunk[middle:]]
 
-    def _append_rejected(self, line: bytes) -> None:
+    async def _refused(
+        self, chunk: list[Encoded], status: int, response: httpx.Response
+    ) -> list[list[Encoded]]:
+        """A 422 sets aside the items it names and the rest is resent; one naming none (or a
+        400) halves the batch until the refused event is alone."""
+        message, details = _error(response)
+        named = refused_items(details, len(chunk)) if status == 422 else None
+        if named is None:
+            if len(chunk) > 1:
+                logger.warning(
+                    "control plane answered %d naming no event (%s); halving %d events",
+                    status,
+                    message[:200],
+                    len(chunk),
+                )
+                return self._halve(chunk)
+            await self._set_aside(chunk, REFUSED, status, [f"{status}: {message}"])
+            return []
+        for index, reasons in sorted(named.items()):
+            await self._set_aside([chunk[index]], REFUSED, status, reasons)
+        rest = [item for index, item in enumerate(chunk) if index not in named]
+        return [rest] if rest else []
+
+    async def _set_aside(
+        self, chunk: list[Encoded], reason: str, status: int, why: list[str]
+    ) -> None:
+        """Keep refused events beside the spool, with why; the cursor passes them."""
+        self.set_aside[reason] += len(chunk)
+        self._set_aside_ids.update(_ids(event for event, _ in chunk))
+        text = "; ".join(why)[:2000]
+        logger.error("set aside %d events the control plane refused: %s", len(chunk), text)
+        lines = b"".join(
+            msgspec.json.encode(
+                {"reason": text, "status": status, "kind": reason, "events": [event]}
+            )
+            + b"\n"
+            for event, _ in chunk
+        )
+        await asyncio.to_thread(self._append_rejected, lines)
+
+    def _append_rejected(self, lines: bytes) -> None:
         with open(self.spool.directory / "rejected.jsonl", "ab") as handle:
-            handle.write(line)
+            handle.write(lines)
 
     async def close(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+
+
+def _ids(events: Iterable[dict[str, Any]]) -> Iterator[str]:
+    for event in events:
+        event_id = event.get("eventId")
+        if isinstance(event_id, str):
+            yield event_id
+
+
+def _error(response: httpx.Response) -> tuple[str, list[tuple[str, str]]]:
+    """The message and ``(field, message)`` details of an error answer (``{"error": ...}``);
+    whatever else the body holds, its text and no details."""
+    try:
+        error = response.json().get("error")
+        details = [(str(d["field"]), str(d.get("message", ""))) for d in error.get("details") or ()]
+        return str(error.get("message", "")), details
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return response.text[:500], []
 
 
 def _new_client() -> httpx.AsyncClient:

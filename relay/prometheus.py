@@ -32,6 +32,7 @@ class RelayMetrics:
         self.requests: dict[tuple[str, int], int] = {}
         self._gauges: list[tuple[str, str, Sequence[str], Callable[[], GaugeValue]]] = []
         self._status: dict[str, Callable[[], object]] = {}
+        self._readiness: dict[str, Callable[[], str | None]] = {}
         # prometheus_client is loaded at the first scrape: a relay nobody scrapes saves its MiBs
         self._registry: CollectorRegistry | None = None
 
@@ -61,6 +62,15 @@ class RelayMetrics:
     def register_status(self, name: str, fn: Callable[[], object]) -> None:
         """Add a section to ``/readyz``: ``fn`` returns a JSON-able value at each call."""
         self._status[name] = fn
+
+    def register_readiness(self, name: str, fn: Callable[[], str | None]) -> None:
+        """Add a condition of ``/readyz``: ``fn`` returns why the relay is not ready, or None."""
+        self._readiness[name] = fn
+
+    def not_ready(self) -> dict[str, str]:
+        """Why each registered condition fails (empty: all hold)."""
+        found = {name: fn() for name, fn in self._readiness.items()}
+        return {name: reason for name, reason in found.items() if reason is not None}
 
     def status(self) -> dict[str, object]:
         return {name: fn() for name, fn in self._status.items()}

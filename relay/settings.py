@@ -7,6 +7,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.wire.body import MAX_BODY_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class RelaySettings:
@@ -26,6 +28,9 @@ class RelaySettings:
     spool_max_bytes: int = 256 << 20  # events waiting to be forwarded; beyond this, 503
     max_streams: int = 10_000  # open OFREP event streams; beyond this, 503 + Retry-After
     backoff_cap_s: float = 10.0  # reconnect/retry delays never exceed this (full jitter below)
+    # the control plane's VANE_MAX_BODY_BYTES: forwarded batches stay below it (a 413 lowers it)
+    upstream_max_body_bytes: int = MAX_BODY_BYTES
+    forward_stall_s: float = 120.0  # pending events, no batch forwarded this long: not ready
 
     @property
     def upstream_urls(self) -> tuple[str, ...]:
@@ -54,6 +59,10 @@ class RelaySettings:
             "spool_max_bytes": int(env.get("VANE_RELAY_SPOOL_MAX_BYTES", str(256 << 20))),
             "max_streams": int(env.get("VANE_RELAY_MAX_STREAMS", "10000")),
             "backoff_cap_s": float(env.get("VANE_RELAY_BACKOFF_CAP_S", "10")),
+            "upstream_max_body_bytes": int(
+                env.get("VANE_RELAY_UPSTREAM_MAX_BODY_BYTES") or MAX_BODY_BYTES
+            ),
+            "forward_stall_s": float(env.get("VANE_RELAY_FORWARD_STALL_S") or "120"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         upstreams = values["upstreams"] or ("http://127.0.0.1:8000",)

@@ -32,7 +32,9 @@ import contextlib
 import logging
 import os
 import struct
+import time
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -119,6 +121,11 @@ class Spool:
         self._rotate = False  # a failed write could not be cut off: start a new segment
         self._reclaim = False  # a write failed: empty the write segment once all is forwarded
         self._skipped: set[tuple[int, int]] = set()  # (segment, offset) already reported
+        # (when, end): the records before ``end`` were all appended at ``when`` or later; one
+        # entry per second of appends, so the oldest pending record's age is known to a second
+        self._appended_at: deque[tuple[float, Position]] = deque()
+        if self.pending_events:  # spooled before this start: at least as old as it
+            self._appended_at.append((time.monotonic(), Position(*self._durable)))
 
     # --- files ----------------------------------------------------------------------------------
 
@@ -234,12 +241,27 @@ class Spool:
                     if not future.done():
                         future.set_exception(SpoolUnavailable(str(exc)))
                 continue
+            self._note_appended()
             for record, count, future in batch:
                 self.pending_bytes += len(record)
                 self.pending_events += count
                 self.appended_events += count
                 future.set_result(None)
             self._data.set()
+
+    def _note_appended(self) -> None:
+        now, end = time.monotonic(), Position(*self._durable)
+        if self._appended_at and now - self._appended_at[-1][0] < 1.0:
+            self._appended_at[-1] = (self._appended_at[-1][0], end)
+        else:
+            self._appended_at.append((now, end))
+
+    def oldest_pending_age(self, now: float | None = None) -> float:
+        """Seconds since the oldest event not yet forwarded was appended (0 when none is; at
+        most a second more than exact; for events spooled before this start, since the start)."""
+        if not self.pending_events or not self._appended_at:
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - self._appended_at[0][0])
 
     async def _reclaim_write_segment(self) -> None:
         """After a failed write (a full disk): once everything in the write segment has been
@@ -263,6 +285,7 @@ class Spool:
         self._rotate = False
         self._reclaim = False
         self.pending_bytes = self.pending_events = 0
+        self._appended_at.clear()
         logger.info("emptied the forwarded spool segment %s to free the disk", segment)
 
     def _empty_segment(self, segment: int) -> None:
@@ -350,19 +373,24 @@ class Spool:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._data.wait(), timeout)
 
-    async def read_async(self, max_events: int, origin: Position | None = None) -> Batch:
+    async def read_async(
+        self, max_events: int, origin: Position | None = None, max_bytes: int | None = None
+    ) -> Batch:
         """``read`` in a worker thread (segment files are read off the event loop)."""
-        return await asyncio.to_thread(self.read, max_events, origin)
+        return await asyncio.to_thread(self.read, max_events, origin, max_bytes)
 
     @property
     def cursor(self) -> Position:
         return self._cursor
 
-    def read(self, max_events: int, origin: Position | None = None) -> Batch:
-        """Whole, durable records from ``origin`` (default: the cursor), up to ``max_events`` (at
-        least one record if any). Records a write is still adding (not yet fsync'd, so not yet
-        acknowledged to their sender) are not read; unreadable bytes at the end of an older
-        segment are skipped."""
+    def read(
+        self, max_events: int, origin: Position | None = None, max_bytes: int | None = None
+    ) -> Batch:
+        """Whole, durable records from ``origin`` (default: the cursor), up to ``max_events`` and
+        ``max_bytes`` of records (at least one record if any). Records a write is still adding
+        (not yet fsync'd, so not yet acknowledged to their sender) are not read; unreadable
+        bytes at the end of an older segment are skipped. Only the records read are read from
+        disk, not the rest of their segment."""
         events: list[dict[str, Any]] = []
         position = self._cursor if origin is None else origin
         durable_segment, durable_offset = self._durable
@@ -372,33 +400,45 @@ class Spool:
         ]:
             start = position.offset if segment == position.segment else 0
             try:
-                data = self._path(segment).read_bytes()
+                handle = open(self._path(segment), "rb")  # noqa: SIM115 - closed below
             except FileNotFoundError:
-                data = b""
-            if segment == durable_segment:
-                data = data[:durable_offset]
-            offset = start
-            while offset + _HEADER.size <= len(data):
-                length, crc = _HEADER.unpack_from(data, offset)
-                end = offset + _HEADER.size + length
-                if end > len(data):
-                    break
-                payload = data[offset + _HEADER.size : end]
-                if zlib.crc32(payload) != crc:
-                    break
-                try:
-                    record = _decoder.decode(payload)
-                except msgspec.DecodeError:
-                    break
-                if events and len(events) + len(record) > max_events:
-                    return Batch(events, Position(segment, offset), size)
-                events.extend(record)
-                size += end - offset
-                offset = end
+                handle = None
+            try:
+                length_on_disk = 0 if handle is None else os.fstat(handle.fileno()).st_size
+                limit = durable_offset if segment == durable_segment else length_on_disk
+                limit = min(limit, length_on_disk)
+                offset = start
+                if handle is not None:
+                    handle.seek(start)
+                while handle is not None and offset + _HEADER.size <= limit:
+                    header = handle.read(_HEADER.size)
+                    if len(header) < _HEADER.size:
+                        break
+                    length, crc = _HEADER.unpack(header)
+                    end = offset + _HEADER.size + length
+                    if end > limit:
+                        break
+                    if events and max_bytes is not None and size + (end - offset) > max_bytes:
+                        return Batch(events, Position(segment, offset), size)
+                    payload = handle.read(length)
+                    if len(payload) != length or zlib.crc32(payload) != crc:
+                        break
+                    try:
+                        record = _decoder.decode(payload)
+                    except msgspec.DecodeError:
+                        break
+                    if events and len(events) + len(record) > max_events:
+                        return Batch(events, Position(segment, offset), size)
+                    events.extend(record)
+                    size += end - offset
+                    offset = end
+            finally:
+                if handle is not None:
+                    handle.close()
             position = Position(segment, offset)
             if segment < durable_segment:  # complete: no write will ever add to it
-                if offset < len(data):
-                    self._skip(segment, offset, len(data) - offset)
+                if offset < length_on_disk:
+                    self._skip(segment, offset, length_on_disk - offset)
                 position = Position(segment + 1, 0)
         return Batch(events, position, size)
 
@@ -454,6 +494,8 @@ class Spool:
 
     def _advance(self, batch: Batch) -> None:
         self._cursor = batch.end
+        while self._appended_at and self._appended_at[0][1] <= batch.end:
+            self._appended_at.popleft()
         for segment in [s for s in self._segments if s < batch.end.segment]:
             self._segments.remove(segment)
         self.pending_bytes -= batch.bytes

@@ -208,7 +208,7 @@ class EventIntake:
         except body.MalformedBody as exc:
             return malformed(exc, headers)
         for index, item in enumerate(items):
-            problems.extend(self._sender_problems(item, sender, f"events[{index}]."))
+            problems.extend(self._sender_problems(item, sender, events.item_prefix(index)))
         if problems:
             return invalid(problems, headers)
         records: list[dict[str, Any]] = []

@@ -27,7 +27,10 @@ Each first assignment is reported upstream as a ``$exposure`` event through the 
 unit however many relays saw it; a bounded in-memory set spares the spool repeats from this relay.
 A unit reaching an experiment a running holdout covers is reported to the holdout as well, once:
 ``$exposure`` with props ``{holdout, group}`` (``holdout`` or ``general``) and ``eventId``
-``holdout:<holdout>:<unit>``.
+``holdout:<holdout>:<unit>``. Every exposure the relay makes is built by
+``shared.wire.events.recorded_exposure`` (ids by ``exposure_event_id``: the unit part hashed when
+the id would pass 200 characters), held to the rules every event is, so the control plane never
+refuses one (issue #33); one that could not pass is not recorded.
 """
 
 from __future__ import annotations
@@ -166,7 +169,10 @@ class ExperimentRoutes:
         key, qualified = unit
         kind = experiment.unit_kind
         found: list[tuple[str, dict[str, Any]]] = [
-            (f"holdout:{holdout}:{qualified}", {"holdout": holdout, "group": group})
+            (
+                events.exposure_event_id("holdout", holdout, qualified),
+                {"holdout": holdout, "group": group},
+            )
             for holdout, group in placement.holdouts
         ]
         if placement.assigned:
@@ -180,21 +186,23 @@ class ExperimentRoutes:
             )
             if captured:
                 props["dimensions"] = captured
-            found.append((f"exp:{experiment.key}:{qualified}", props))
-        return [
-            {
-                "unit": key,
-                **({"unitKind": kind} if kind != USER else {}),
-                "event": "$exposure",
-                "eventId": event_id,
-                "ts": now,
-                "source": "relay",
-                "props": found_props,
-                **({"url": body.url} if body.url else {}),
-            }
-            for event_id, found_props in found
-            if self.seen.add(event_id)
-        ]
+            found.append((events.exposure_event_id("exp", experiment.key, qualified), props))
+        recorded = []
+        for event_id, found_props in found:
+            if not self.seen.add(event_id):  # reported before (or could never be)
+                continue
+            exposure = events.recorded_exposure(
+                events.EXPERIMENT_EXPOSURE,
+                key,
+                None if kind == USER else kind,
+                event_id,
+                found_props,
+                now,
+                body.url,
+            )
+            if exposure is not None:
+                recorded.append(exposure)
+        return recorded
 
     async def _record(self, exposures: list[dict[str, Any]]) -> None:
         if exposures:
@@ -336,26 +344,20 @@ class FlagExposures:
         key_, kind = unit
         qualified = qualified_unit(kind, key_)
         now = time.time_ns() // 1_000_000
-        events = []
+        found = []
         for key in tracked.intersection(evaluations):
             variation = evaluations[key].variation
             if variation is None:
                 continue
-            event_id = f"flagexp:{key}:{qualified}:{variation}"
-            if self.seen.add(event_id):
-                events.append(
-                    {
-                        "unit": key_,
-                        **({"unitKind": kind} if kind is not None else {}),
-                        "event": "$flag_exposure",
-                        "eventId": event_id,
-                        "ts": now,
-                        "source": "relay",
-                        "props": {"flag": key, "variation": variation},
-                    }
-                )
-        if events:
-            task = asyncio.get_running_loop().create_task(self._append(events))
+            event_id = events.exposure_event_id("flagexp", key, qualified, str(variation))
+            if not self.seen.add(event_id):  # reported before (or could never be)
+                continue
+            props = {"flag": key, "variation": variation}
+            event = events.recorded_exposure(events.FLAG_EXPOSURE, key_, kind, event_id, props, now)
+            if event is not None:
+                found.append(event)
+        if found:
+            task = asyncio.get_running_loop().create_task(self._append(found))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

@@ -5,7 +5,9 @@ every environment the control plane named), ``/metrics`` (Prometheus text format
 ``/readyz`` also says what each fault looks like: the upstream connected to (or tried last),
 whether it is stale, per environment the version served, its age and how many versions behind
 upstream's announcements it is, and the sections other parts register (the event spool's depth
-and write errors, the forwarder's failures, open event streams)."""
+and write errors, the forwarder's failures, open event streams). ``notReady`` (present only
+then) names each registered condition that fails, with why (a stalled forwarder); any makes the
+answer 503."""
 
 from __future__ import annotations
 
@@ -25,9 +27,11 @@ def register(router: Router, store: Store, metrics: RelayMetrics) -> None:
 
     async def readyz(request: Request) -> Response:
         now = time.time()
-        ready = store.ready
+        not_ready = metrics.not_ready()  # the conditions other parts register (the forwarder)
+        ready = store.ready and not not_ready
         body = {
             "ready": ready,
+            **({"notReady": not_ready} if not_ready else {}),
             "stale": store.stale,
             "connected": store.connected,
             "upstream": store.upstream,

@@ -38,7 +38,7 @@ from shared.engine import (
     openfeature_reason,
 )
 from shared.wire import protocol as p
-from shared.wire.events import FLAG_EXPOSURE
+from shared.wire.events import FLAG_EXPOSURE, exposure_event_id
 from shared.wire.kinds import qualified_unit
 from shared.wire.snapshot import Snapshot
 
@@ -162,7 +162,8 @@ def details(evaluation: Evaluation, version: int) -> Details:
 class FirstExposures:
     """The ``$flag_exposure`` events to report: the first evaluation of each (flag, unit,
     variation) of a flag with metrics, remembered in a bounded set (oldest forgotten first).
-    The event ids are the relays' own (``flagexp:<flag>:<unit>:<variation>``), so however many
+    The event ids are the relays' own (``flagexp:<flag>:<unit>:<variation>``, built by
+    ``shared.wire.events.exposure_event_id``), so however many
     relays and backends see a unit, one exposure is stored."""
 
     def __init__(self, limit: int = 100_000) -> None:
@@ -181,7 +182,8 @@ class FirstExposures:
         if found is None:
             return
         unit, kind = found
-        event_id = f"flagexp:{key}:{qualified_unit(kind, unit)}:{evaluation.variation}"
+        qualified = qualified_unit(kind, unit)
+        event_id = exposure_event_id("flagexp", key, qualified, str(evaluation.variation))
         if event_id in self._seen:
             return
         self._seen[event_id] = None

@@ -6,6 +6,7 @@ delivery idempotent. Checks return ``(field, message)`` pairs so each side rende
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import os
@@ -137,6 +138,60 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
     return problems
 
 
+def exposure_event_id(kind: str, subject: str, unit: str, *rest: str) -> str:
+    """The deterministic ``eventId`` of an exposure Vane records itself: ``kind:subject:unit``
+    (``exp:<experiment>:<unit>``, ``holdout:<holdout>:<unit>``,
+    ``flagexp:<flag>:<unit>:<variation>``), the same on every relay and client, so the control
+    plane stores one exposure per unit however many saw it. When that would pass ``MAX_TEXT``
+    characters (a long unit), the unit part is a hash of it under ``kind#`` (a short id never
+    holds ``#`` there: kinds and keys are ``[a-z0-9_.-]``); should even that not fit, the whole id
+    is hashed. Always a valid ``eventId``, and the same for the same parts."""
+    tail = "".join(":" + part for part in rest)
+    plain = f"{kind}:{subject}:{unit}{tail}"
+    if len(plain) <= MAX_TEXT and "\x00" not in plain:
+        return plain
+    hashed = f"{kind}#:{subject}:{_digest(unit)}{tail}"
+    if len(hashed) <= MAX_TEXT:
+        return hashed
+    return f"{kind}#:{_digest(plain)}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def recorded_exposure(
+    event: str,
+    unit: str,
+    unit_kind: str | None,
+    event_id: str,
+    props: dict[str, Any],
+    ts: int,
+    url: str | None = None,
+) -> dict[str, Any] | None:
+    """An exposure Vane records itself (a relay's assignment or evaluation), as spooled and
+    forwarded: held to the very rules (``check_event``, ``sender_problems``) every event sent to
+    the control plane is, so the control plane never refuses one. None when it could not pass (a
+    unit with a NUL, longer than ``MAX_TEXT`` with its kind): nothing is recorded, the
+    evaluation is still answered."""
+    item = EventIn(
+        unit=unit,
+        unit_kind=unit_kind,
+        event=event,
+        event_id=event_id,
+        props=props,
+        ts=ts,
+        url=url or None,
+        source="relay",
+    )
+    if check_event(item, ts) or sender_problems(item, "relay"):
+        return None
+    try:
+        return msgspec.json.decode(msgspec.json.encode(item))  # type: ignore[no-any-return]
+    except UnicodeEncodeError:  # a lone surrogate: no JSON (or msgpack) can carry it
+        return None
+
+
 def sender_problems(item: EventIn, sender: Source, prefix: str = "") -> list[Problem]:
     """What ``sender`` may not send: a ``$`` name from a page, or a system event name other than
     the exposures; an event id in the browsers' namespace from anyone else; ``source`` from anyone
@@ -183,6 +238,30 @@ def convert_problem(prefix: str, exc: msgspec.ValidationError) -> Problem:
     return (f"{prefix}{path}".rstrip("."), message)
 
 
+def item_prefix(index: int) -> str:
+    """How a problem with a batch's item ``index`` is named: ``events[3].unit``. A relay relies
+    on it (``refused_items``) to resend a refused batch without the items named."""
+    return f"events[{index}]."
+
+
+_ITEM = re.compile(r"events\[(\d+)\]\.?")
+
+
+def refused_items(details: Sequence[Problem], count: int) -> dict[int, list[str]] | None:
+    """The items of a batch of ``count`` that a 422's ``(field, message)`` details name, each
+    with what is wrong with it (``"unit: at most 200 characters"``); None when a detail names no
+    item of the batch (the batch as a whole, e.g. ``events`` or ``sentAt``): then no item can be
+    told apart from the rest."""
+    named: dict[int, list[str]] = {}
+    for field, message in details:
+        match = _ITEM.match(field)
+        if match is None or int(match.group(1)) >= count:
+            return None
+        rest = field[match.end() :]
+        named.setdefault(int(match.group(1)), []).append(f"{rest}: {message}" if rest else message)
+    return named or None
+
+
 def parse_batch(
     raw_items: Sequence[Any], now_ms: int, shift_ms: int = 0
 ) -> tuple[list[EventIn], list[Problem]]:
@@ -195,7 +274,7 @@ def parse_batch(
     items: list[EventIn] = []
     problems: list[Problem] = []
     for index, raw in enumerate(raw_items):
-        prefix = f"events[{index}]."
+        prefix = item_prefix(index)
         try:
             item = msgspec.convert(raw, EventIn, strict=True)
         except msgspec.ValidationError as exc:
@@ -275,7 +354,7 @@ def decode_batch(raw: bytes, now_ms: int) -> tuple[list[EventIn], list[Problem]]
         return parse_batch(items, now_ms, shift)
     for index, item in enumerate(items):
         _shift(item, shift, now_ms)
-        found = check_event(item, now_ms, f"events[{index}].")
+        found = check_event(item, now_ms, item_prefix(index))
         if found:
             problems.extend(found)
     return items, problems

@@ -67,7 +67,7 @@ async def ingest(
         return s.Ack(accepted=0, duplicates=0)
 
     def _field(index: int) -> str:
-        return f"events[{index}]." if batch else ""
+        return events.item_prefix(index) if batch else ""
 
     sender = _SENDERS.get(kind, "server")
     forwarded = kind is KeyKind.RELAY
