@@ -123,16 +123,27 @@ _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 def decode_json_body(raw: bytes, model: type[Any]) -> Any:
     """Decode ``raw`` into ``model`` strictly; a body that is not JSON (empty, broken, not
-    UTF-8, nested too deeply) is 400, a wrong shape 422."""
+    UTF-8, nested too deeply) is 400, a wrong shape or text no database stores 422."""
     decoder = _decoders.get(model)
     if decoder is None:
         decoder = _decoders[model] = msgspec.json.Decoder(model, strict=True)
     try:
-        return body.decode(raw, decoder)
+        value = body.decode(raw, decoder)
     except msgspec.ValidationError as exc:
         raise invalid_many([field_from_msgspec(exc)]) from exc
     except body.MalformedBody as exc:
+        refuse_unstorable(raw)  # a lone surrogate, which msgspec refuses as not JSON
         raise malformed(exc) from exc
+    refuse_unstorable(raw)
+    return value
+
+
+def refuse_unstorable(raw: bytes) -> None:
+    """422 naming the field of the first string (or key) in a JSON body that a database cannot
+    store as text (``body.text_problem``): the one check every management body goes through."""
+    found = body.unstorable_in_json(raw)
+    if found is not None:
+        raise invalid(*found)
 
 
 T = TypeVar("T", bound=msgspec.Struct)
