@@ -166,7 +166,8 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
     check_currency(problems, body.aggregation, body.currency, reads_value=_reads_value(body))
     if body.aggregation == "quantile":
         if body.quantile is None:
-            problems.add("quantile", "required: the quantile, e.g. 0.9 for p90")
+            low, high = v.QUANTILE
+            problems.add("quantile", f"the quantile, from {low:g} to {high:g}, e.g. 0.9 for p90")
         else:
             v.check_between(
                 problems, "quantile", body.quantile, v.QUANTILE, "the quantile, e.g. 0.9 for p90"
