@@ -177,3 +177,12 @@ def test_a_console_form_with_a_nul_shows_the_error_beside_the_field(api: Api) ->
     assert api.get("/flags").json() == before
     # ill-formed UTF-8 (a lone surrogate's bytes) is read with replacement characters
     assert create("a%ED%A0%80b").status_code == 303
+
+
+def test_a_code_reference_line_beyond_the_column_is_422_not_500(api: Api) -> None:
+    _setup(api)
+    for line in (2**31, 2**63):
+        ref = {"flagKey": "f", "path": "a.py", "line": line}
+        response = api.put("/code-refs", {"repository": "shop", "refs": [ref]})
+        _refused(response, "refs[0].line", "lines count from 1")
+    assert api.get("/flags/f/code-refs").json()["count"] == 0
