@@ -56,6 +56,7 @@ from control_plane.publishing.publisher import LocalPublisher, Publisher, RedisP
 from control_plane.publishing.stream import relay_stream
 from control_plane.ratelimit import RedisLimiter, make_limiter
 from control_plane.settings import Settings
+from control_plane.text_params import TextParamsMiddleware
 
 logger = logging.getLogger("vane.control_plane")
 
@@ -175,7 +176,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
             # deleting an environment with ?revokeKeys=true revokes its keys as the keys do
             "revoke_key": Provide(lambda: revoke_key, sync_to_thread=False),
         },
-        middleware=[DefineMiddleware(KeyAuthenticationMiddleware, exclude=UNAUTHENTICATED)],
+        middleware=[
+            DefineMiddleware(KeyAuthenticationMiddleware, exclude=UNAUTHENTICATED),
+            TextParamsMiddleware(),  # after the key is known: a stranger gets 401, not 422
+        ],
         cors_config=(
             CORSConfig(
                 allow_origins=list(settings.admin_origins),

@@ -7,7 +7,7 @@ msgspec's messages are turned into details that name the field, e.g. ``rules[0].
 from __future__ import annotations
 
 import logging
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 from litestar import MediaType, Request, Response
@@ -121,18 +121,31 @@ def malformed(exc: body.MalformedBody) -> ApiError:
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
-def decode_json_body(raw: bytes, model: type[Any]) -> Any:
+def decode_json_body(raw: bytes, model: type[Any], *, check_text: bool = True) -> Any:
     """Decode ``raw`` into ``model`` strictly; a body that is not JSON (empty, broken, not
-    UTF-8, nested too deeply) is 400, a wrong shape 422."""
+    UTF-8, nested too deeply) is 400, a wrong shape or text no database stores 422."""
     decoder = _decoders.get(model)
     if decoder is None:
         decoder = _decoders[model] = msgspec.json.Decoder(model, strict=True)
     try:
-        return body.decode(raw, decoder)
+        value = body.decode(raw, decoder)
     except msgspec.ValidationError as exc:
         raise invalid_many([field_from_msgspec(exc)]) from exc
     except body.MalformedBody as exc:
+        if check_text:
+            refuse_unstorable(raw)  # a lone surrogate, which msgspec refuses as not JSON
         raise malformed(exc) from exc
+    if check_text:
+        refuse_unstorable(raw)
+    return value
+
+
+def refuse_unstorable(raw: bytes) -> None:
+    """422 naming the field of the first string (or key) in a JSON body that a database cannot
+    store as text (``body.text_problem``): the one check every management body goes through."""
+    found = body.unstorable_in_json(raw)
+    if found is not None:
+        raise invalid(*found)
 
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -148,9 +161,12 @@ class StrictBody(MsgspecDTO[T]):
     # the body is decoded above, never by the DTO's transfer functions: generating their code
     # for each handler (the default backend) cost about 0.12 s of every app's start, 60 bodies
     config = DTOConfig(experimental_codegen_backend=False)
+    check_text: ClassVar[bool] = True
+    """Refuse text no database stores (``refuse_unstorable``); off only where a body has rules
+    of its own for it (events: ``shared.wire.events``, the same for one event and a batch)."""
 
     def decode_bytes(self, value: bytes) -> Any:
-        return decode_json_body(value, self.model_type)
+        return decode_json_body(value, self.model_type, check_text=self.check_text)
 
     @classmethod
     def create_openapi_schema(

@@ -20,6 +20,8 @@ from control_plane.auth import REQUEST_SESSION, request_session
 from control_plane.console.sessions import COOKIE, SignedIn, signed_in
 from control_plane.deps import unit_of_work
 from control_plane.domain.common import Scope
+from control_plane.errors import invalid
+from shared.wire import body
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -129,7 +131,15 @@ async def writing(
     request: Request[Any, Any, Any], who: SignedIn, *, version: str | None = None
 ) -> AsyncIterator[Scope]:
     """The API's unit of work for the signed-in key: same services, audit and publishing;
-    ``version`` is the form's copy of the version it was rendered from (``If-Match``)."""
+    ``version`` is the form's copy of the version it was rendered from (``If-Match``).
+
+    The posted form is held to the API's rule for text first (``body.text_problem``): a NUL or a
+    lone surrogate is the API's 422 naming the form field (named as the API's), which the page
+    shows beside it, on either database."""
+    form = await request.form()
+    for name, value in form.multi_items():
+        if isinstance(value, str) and (problem := body.text_problem(value)) is not None:
+            raise invalid(name, problem)
     async with unit_of_work(
         request.app.state, request, who.principal, if_match=version or None
     ) as scope:

@@ -23,6 +23,28 @@ KEY_RULE = "must be 1 to 128 characters of lowercase letters, digits, '_', '-' a
 MAX_NAME = 200
 
 
+Bounds = tuple[float, float]
+ALPHA: Bounds = (0.001, 0.2)
+"""A test's level (power planning): 0.1 % to 20 %; 0.05 is the default everywhere."""
+POWER: Bounds = (0.5, 0.999)
+"""A plan's power: below 0.5 an experiment misses the effect more often than it finds it."""
+QUANTILE: Bounds = (0.001, 0.999)
+"""A quantile metric's p: p0.1 to p99.9, what nearest-rank estimation reads from real samples."""
+PERCENTILE_CAP: Bounds = (0.5, 0.9999)
+"""A percentile cap: at least the median (a lower cap would flatten most units), at most p99.99."""
+ABSOLUTE_CAP: Bounds = (1, 2**53 - 1)
+"""An absolute cap, in the metric's units: event values are whole minor units (cents), so a cap
+below 1 caps every value there is, and one above 2^53 - 1 is beyond every value there can be."""
+
+
+def check_between(problems: Problems, field: str, value: float, bounds: Bounds, what: str) -> None:
+    """``value`` within ``bounds`` (inclusive; NaN and infinities are not), else a problem that
+    says the range and what the value means."""
+    low, high = bounds
+    if not low <= value <= high:  # NaN compares False
+        problems.add(field, f"{what}: from {low:g} to {high:g}")
+
+
 class Problems:
     """Collects field errors; ``raise_if_any`` turns them into one 422."""
 

@@ -11,6 +11,7 @@ held to ``MAX_DEPTH`` levels, far below the interpreter's limit, so that it deco
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 import msgspec
@@ -112,3 +113,72 @@ def value_problem(value: Any) -> str | None:
     if numbers_out_of_range(value):
         return NUMBER_RULE
     return None
+
+
+NUL_RULE = "must not contain NUL (\\u0000) characters"
+SURROGATE_RULE = "must not contain lone surrogates (\\ud800-\\udfff): text must be valid Unicode"
+KEY_SUFFIX = " (in an object key)"
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as text by every database Vane runs on, or None.
+
+    PostgreSQL refuses NUL in ``text`` and ``jsonb`` (SQLite would keep it, so the same write
+    would succeed on one database and fail on the other), and no database encodes a lone
+    surrogate as UTF-8. Both are refused at the edge, naming the field, on either database.
+    """
+    if "\x00" in text:
+        return NUL_RULE
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return SURROGATE_RULE
+    return None
+
+
+def unstorable_text(value: Any, path: str = "") -> tuple[str, str] | None:
+    """(path, why) of the first string in ``value`` (decoded JSON, object keys too) that
+    ``text_problem`` refuses, in document order; paths read ``rules[0].clauses[1].values[2]``."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                return (where or "body", problem)
+        elif isinstance(item, dict):
+            children: list[tuple[Any, str]] = []
+            for key, child in item.items():
+                inner = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str) and (problem := text_problem(key)) is not None:
+                    return (where or "body", problem + KEY_SUFFIX)
+                children.append((child, inner))
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(child, f"{where}[{i}]") for i, child in enumerate(item)]))
+    return None
+
+
+_ESCAPES_TO_CHECK = (b"\\u0000", b"\\ud", b"\\uD")
+"""A NUL or a surrogate can only be in a JSON text as a ``\\u`` escape (raw control characters
+and ill-formed UTF-8 are not JSON): a body without these bytes holds neither."""
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def unstorable_in_json(raw: bytes) -> tuple[str, str] | None:
+    """``unstorable_text`` for a JSON body still in bytes: the field of the first NUL or lone
+    surrogate, or None. Nearly every body is ruled out by a byte search; the rest are read by
+    the standard library, which (unlike msgspec, which refuses the whole body) reads a lone
+    surrogate into the string, so the answer can name the field that holds it."""
+    if not any(escape in raw for escape in _ESCAPES_TO_CHECK):
+        return None
+    try:
+        value = json.loads(raw, parse_constant=_no_constants)
+    except (ValueError, RecursionError):
+        return None  # not JSON: the decoder's own answer (400) stands
+    return unstorable_text(value)

@@ -13,6 +13,7 @@ from control_plane.domain.validation import Problems
 from control_plane.errors import not_found
 
 MAX_REFS = 50_000
+MAX_LINE = 2**31 - 1  # an INTEGER column: PostgreSQL refuses more (500), SQLite stores it
 
 
 async def upload(scope: Scope, body: s.CodeRefUpload) -> s.UploadResult:
@@ -26,8 +27,8 @@ async def upload(scope: Scope, body: s.CodeRefUpload) -> s.UploadResult:
     for i, ref in enumerate(body.refs):
         if not ref.path.strip():
             problems.add(f"refs[{i}].path", "must not be blank")
-        if ref.line < 1:
-            problems.add(f"refs[{i}].line", "lines count from 1")
+        if not 1 <= ref.line <= MAX_LINE:
+            problems.add(f"refs[{i}].line", f"lines count from 1 (to {MAX_LINE}, the column's)")
         if not ref.flag_key:
             problems.add(f"refs[{i}].flagKey", "must not be blank")
     problems.raise_if_any()

@@ -34,13 +34,19 @@ class BatchBody(StrictBody[s.EventBatchIn]):
         return s.EventBatchIn(events=items)
 
 
+class TrackBody(StrictBody[s.EventIn]):
+    """One event: the event rules (``parse_one``) answer for its text, as for a batch's items."""
+
+    check_text = False
+
+
 class EventController(Controller):
     path = "/"
     tags = ["events"]
 
     @post(
         "/track",
-        dto=StrictBody[s.EventIn],
+        dto=TrackBody,
         return_dto=None,
         status_code=200,
         guards=INGEST,

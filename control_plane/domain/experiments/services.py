@@ -851,10 +851,8 @@ def plan(body: s.PowerIn) -> s.PowerOut:
             "mde",
             f"a relative effect such as 0.05 (+5 %), at least {MIN_RELATIVE_EFFECT:g} in size and above -1",
         )
-    if not 0 < body.alpha < 1:
-        problems.add("alpha", "between 0 and 1 exclusive, e.g. 0.05")
-    if not 0 < body.power < 1:
-        problems.add("power", "between 0 and 1 exclusive, e.g. 0.8")
+    v.check_between(problems, "alpha", body.alpha, v.ALPHA, "the test's level, e.g. 0.05")
+    v.check_between(problems, "power", body.power, v.POWER, "the chance to detect, e.g. 0.8")
     if not MIN_VARIANTS <= body.variants <= MAX_VARIANTS:
         problems.add("variants", f"{MIN_VARIANTS} to {MAX_VARIANTS} variants, control included")
     if (

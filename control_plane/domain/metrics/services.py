@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import msgspec
 from sqlalchemy import exists, select
 from sqlalchemy.exc import IntegrityError
@@ -78,10 +76,18 @@ def check_capping(problems: v.Problems, aggregation: str, capping: s.Capping | N
             "only sum, mean and ratio metrics are capped (a unit's sum of value, or a ratio's "
             "numerator)",
         )
-    elif capping.type == "absolute" and not (0 < capping.value < math.inf):
-        problems.add("capping.value", "an absolute cap is a positive amount in the metric's units")
-    elif capping.type == "percentile" and not (0 < capping.value < 1):
-        problems.add("capping.value", "a percentile between 0 and 1 exclusive, e.g. 0.99")
+    elif capping.type == "absolute":
+        v.check_between(
+            problems,
+            "capping.value",
+            capping.value,
+            v.ABSOLUTE_CAP,
+            "an absolute cap in the metric's units (whole minor units: cents)",
+        )
+    else:
+        v.check_between(
+            problems, "capping.value", capping.value, v.PERCENTILE_CAP, "a percentile, e.g. 0.99"
+        )
 
 
 async def get(scope: Scope, id_or_key: str) -> Metric:
@@ -159,8 +165,13 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
     check_capping(problems, body.aggregation, body.capping)
     check_currency(problems, body.aggregation, body.currency, reads_value=_reads_value(body))
     if body.aggregation == "quantile":
-        if body.quantile is None or not 0 < body.quantile < 1:
-            problems.add("quantile", "the quantile between 0 and 1 exclusive, e.g. 0.9 for p90")
+        if body.quantile is None:
+            low, high = v.QUANTILE
+            problems.add("quantile", f"the quantile, from {low:g} to {high:g}, e.g. 0.9 for p90")
+        else:
+            v.check_between(
+                problems, "quantile", body.quantile, v.QUANTILE, "the quantile, e.g. 0.9 for p90"
+            )
     elif body.quantile is not None:
         problems.add("quantile", "only quantile metrics have a quantile")
     problems.raise_if_any()

@@ -53,8 +53,8 @@ EVENT_PREFIX = "event:"
 
 def parse_dimension(text: str, declared: Sequence[str]) -> Slicer | FieldError:
     """The slicer a ``dimension`` parameter names, or why it names none."""
-    if "\x00" in text or len(text) > 500:  # no name of an event or attribute holds either
-        return FieldError("dimension", "an attribute or event:<event>:<property>, without NUL")
+    if len(text) > 500:  # no name of an event or attribute is as long (a NUL: text_params)
+        return FieldError("dimension", "an attribute or event:<event>:<property>, at most 500")
     if text.startswith(EVENT_PREFIX):
         event, _, prop = text[len(EVENT_PREFIX) :].rpartition(":")
         if not event or not prop:
