@@ -40,7 +40,6 @@ MAX_URL = 2048
 EARLIEST_TS = 946_684_800_000  # 2000-01-01: anything earlier is almost surely seconds, not ms
 FUTURE_SLACK_MS = 24 * 3600 * 1000
 
-_NUL = "must not contain NUL (\\u0000) characters"  # no database stores them in text
 _LONG_NUMBER = re.compile(rb"\d{16}")  # only such props can hold a number out of range
 _ENCODED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL, not an escaped backslash
 Source = Literal["server", "management", "relay", "browser"]
@@ -81,8 +80,8 @@ def _text(problems: list[Problem], field: str, value: str, limit: int = MAX_TEXT
         problems.append((field, "must not be blank"))
     elif len(value) > limit:
         problems.append((field, f"at most {limit} characters"))
-    elif "\x00" in value:
-        problems.append((field, _NUL))
+    elif (problem := body.text_problem(value)) is not None:  # the one rule for stored text
+        problems.append((field, problem))
 
 
 def _unit(problems: list[Problem], prefix: str, item: EventIn) -> None:
@@ -118,7 +117,7 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
         if len(encoded) > MAX_PROPS_BYTES:
             problems.append((f"{prefix}props", "at most 16 KiB of JSON"))
         elif _ENCODED_NUL.search(encoded):
-            problems.append((f"{prefix}props", _NUL))
+            problems.append((f"{prefix}props", body.NUL_RULE))
         elif body.encoded_depth_exceeds(encoded, item.props):
             problems.append((f"{prefix}props", f"nested at most {body.MAX_DEPTH} levels deep"))
         elif _LONG_NUMBER.search(encoded) and body.numbers_out_of_range(item.props):
@@ -127,8 +126,8 @@ def check_event(item: EventIn, now_ms: int, prefix: str = "") -> list[Problem]:
     if item.url is not None:
         if len(item.url) > MAX_URL:
             problems.append((f"{prefix}url", f"at most {MAX_URL} characters"))
-        elif "\x00" in item.url:
-            problems.append((f"{prefix}url", _NUL))
+        elif (problem := body.text_problem(item.url)) is not None:
+            problems.append((f"{prefix}url", problem))
     if item.ts is not None and not EARLIEST_TS <= item.ts <= now_ms + FUTURE_SLACK_MS:
         problems.append(
             (f"{prefix}ts", "epoch milliseconds, not in the future (seconds? multiply by 1000)")
