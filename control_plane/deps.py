@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import Principal, request_session
 from control_plane.db import ingest
-from control_plane.domain.common import Actor, Scope
+from control_plane.domain.common import Actor, Scope, serialise_project_writes
 from control_plane.publishing.publisher import Publisher
 
 logger = logging.getLogger("vane.control_plane")
@@ -52,6 +52,10 @@ async def unit_of_work(
         if session is None:
             sessionmaker: async_sessionmaker[AsyncSession] = state.sessionmaker
             session = await stack.enter_async_context(sessionmaker())
+        if _serialised(request):
+            if session.in_transaction():  # the key lookup's, read only: the lock goes first
+                await session.commit()
+            await serialise_project_writes(session, principal.project_id)
         scope = Scope(
             session=session,
             project_id=principal.project_id,
@@ -78,6 +82,20 @@ async def unit_of_work(
                     "computed before may be shown until the next write",
                     exc_info=True,
                 )
+
+
+UNSERIALISED = "vane_unserialised"
+"""A write handler's ``opt`` entry (``opt={UNSERIALISED: True}``, on a handler or a controller):
+what it writes never goes into a snapshot nor is checked against what does (events,
+exposures), so it does not wait for the project's write lock. Every other write does."""
+
+
+def _serialised(request: Request[Any, Any, Any]) -> bool:
+    """Whether the request's unit of work takes the project's write lock: every write
+    (not GET or HEAD) unless its handler says ``UNSERIALISED``."""
+    if request.method in ("GET", "HEAD"):
+        return False
+    return not request.route_handler.opt.get(UNSERIALISED)
 
 
 IfMatch = Annotated[

@@ -3,7 +3,9 @@ answers and publishing works) and ``/metrics`` (Prometheus text format).
 
 A control plane that cannot publish says so: an environment whose last publication failed makes
 ``/readyz`` answer 503 with the reason, and a flag, segment or experiment left out of what relays
-are sent (a value the wire cannot carry) is listed there, with 200 and ``"status": "degraded"``.
+are sent (a value the wire cannot carry) is listed there, with 200 and ``"status": "degraded"``; so is an environment a relay connected
+here refuses (``refusedBy``: relay id -> the version and why), which is the relays' trouble,
+not this replica's: a load balancer keeps it (it is where the data gets fixed).
 ``/metrics`` counts the same, for alerting.
 """
 
@@ -32,10 +34,19 @@ async def healthz() -> dict[str, str]:
 def publishing_status(hub: Hub) -> dict[str, Any]:
     """What publishing reports: environments failing and items left out, by environment key."""
     name = hub.names.get
+    refused = hub.refused_by()
+    degraded = hub.left_out or refused
     return {
-        "status": "failing" if hub.failing else "degraded" if hub.left_out else "ok",
+        "status": "failing" if hub.failing else "degraded" if degraded else "ok",
         "failing": {name(env, env): why for env, why in sorted(hub.failing.items())},
         "leftOut": {name(env, env): dict(items) for env, items in sorted(hub.left_out.items())},
+        "refusedBy": {
+            env: {
+                relay: {"version": refusal.version, "reason": refusal.reason}
+                for relay, refusal in sorted(relays.items())
+            }
+            for env, relays in sorted(refused.items())
+        },
         "connections": len(hub.connections),
     }
 
@@ -61,11 +72,23 @@ class PublishingCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         hub = self.hub
-        yield CounterMetricFamily(
+        failures = CounterMetricFamily(
             PREFIX + "publish_failures",
-            "Publications of an environment to relays that failed (retried by the reconciler).",
-            value=hub.failures,
+            "Publications of an environment to relays that failed (retried by the reconciler), "
+            "or that a relay connected here refused (each version once per relay).",
+            labels=["environment"],
         )
+        for env, n in sorted(hub.failures.items()):
+            failures.add_metric([env], n)
+        yield failures
+        refusing = GaugeMetricFamily(
+            PREFIX + "publish_refusing_relays",
+            "Relays connected here that refuse the newest version they were sent.",
+            labels=["environment"],
+        )
+        for env, relays in sorted(hub.refused_by().items()):
+            refusing.add_metric([env], len(relays))
+        yield refusing
         yield GaugeMetricFamily(
             PREFIX + "publish_failing_environments",
             "Environments whose last publication failed: relays do not get their changes.",

@@ -147,6 +147,7 @@ class RelayMetrics:
         yield version
         yield age
         yield behind
+        yield from self._refusals()
 
         yield GaugeMetricFamily(
             PREFIX + "upstream_connected",
@@ -168,3 +169,25 @@ class RelayMetrics:
                 yield gauge
             else:
                 yield GaugeMetricFamily(name, help, value=float(value))
+
+    def _refusals(self) -> Iterator[Metric]:
+        """Versions refused because their snapshot does not compile, per environment."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        refused = CounterMetricFamily(
+            PREFIX + "refused_versions",
+            "Versions refused because their snapshot does not compile (the last good one is "
+            "served meanwhile).",
+            labels=["environment"],
+        )
+        for env, n in sorted(self.store.refused_versions.items()):
+            refused.add_metric([env], n)
+        yield refused
+        refusing = GaugeMetricFamily(
+            PREFIX + "refusing",
+            "The version refused while it holds the environment back (absent once recovered).",
+            labels=["environment"],
+        )
+        for env, held_back in sorted(self.store.refusing.items()):
+            refusing.add_metric([env], held_back.version)
+        yield refusing

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from shared.engine import CompiledEnvironment, compile_patch, compile_snapshot
 from shared.engine.rules import any_searches
 from shared.keys import hash_token
-from shared.wire.protocol import Access, AccessKey, Patch, apply_patch, patched_keys
+from shared.wire.protocol import Access, AccessKey, Patch, Refused, apply_patch, patched_keys
 from shared.wire.snapshot import Snapshot
 
 
@@ -134,6 +134,10 @@ class Store:
     stale_after: float = 30.0
     upstream: str = ""  # the control plane connected to (or tried last)
     offered: dict[str, int] = field(default_factory=dict)  # newest version upstream announced
+    # the newest version of each environment the relay refused to serve (it does not compile),
+    # until one at least as new is served; and how many versions of each it refused so far
+    refusing: dict[str, Refused] = field(default_factory=dict)
+    refused_versions: dict[str, int] = field(default_factory=dict)
     _keys: dict[str, Caller] = field(default_factory=dict)
     _listeners: list[Listener] = field(default_factory=list)
     _removal_listeners: list[RemovalListener] = field(default_factory=list)
@@ -158,6 +162,9 @@ class Store:
         """Make ``state`` current for its environment and tell every listener (the sync client
         checks ``is_newer`` first: what comes from upstream never rolls a version back)."""
         self.states[state.environment] = state
+        refused = self.refusing.get(state.environment)
+        if refused is not None and state.version >= refused.version:
+            del self.refusing[state.environment]  # a good version came: recovered
         self._rebuild_keys()
         for listener in list(self._listeners):
             listener(state)
@@ -167,6 +174,7 @@ class Store:
     def remove(self, environment: str) -> bool:
         """Stop serving ``environment``: its keys stop resolving at once, removal listeners (open
         streams, the disk copy) hear of it. False if it was not served."""
+        self.refusing.pop(environment, None)
         if self.states.pop(environment, None) is None:
             return False
         self._rebuild_keys()
@@ -219,6 +227,16 @@ class Store:
         served = self.version(environment) or 0
         return max(0, self.offered.get(environment, 0) - served)
 
+    def refuse(self, environment: str, version: int, reason: str) -> bool:
+        """Note that ``version`` of ``environment`` was refused (the last good one is still
+        served); True the first time this version is refused (to log it once)."""
+        known = self.refusing.get(environment)
+        if known is not None and known.version >= version:
+            return False
+        self.refusing[environment] = Refused(version=version, reason=reason)
+        self.refused_versions[environment] = self.refused_versions.get(environment, 0) + 1
+        return True
+
     def upstream_alive(self) -> None:
         self.last_upstream_message = time.monotonic()
 
@@ -231,8 +249,9 @@ class Store:
 
     @property
     def ready(self) -> bool:
-        """Serving: a snapshot for every environment the control plane named (or any, before)."""
-        if not self.states:
+        """Serving: a snapshot for every environment the control plane named (or any, before),
+        and none of them held back by a version the relay refused."""
+        if not self.states or self.refusing:
             return False
         if self.expected is None:
             return True

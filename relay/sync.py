@@ -11,6 +11,11 @@ lagging control-plane replica, a duplicate) is refused and logged, never served.
 does not start at the version the relay holds makes it ask again (a new ``Hello`` naming its
 versions); the control plane then sends what the relay lacks.
 
+A version whose snapshot does not compile is refused: the relay keeps serving the last good one,
+says so (``/readyz`` not ready with the reason, ``vane_relay_refused_versions``, and its
+heartbeat ``Ping`` to the control plane), logs it once, and asks for the environment's full
+snapshot rather than the patch again; the first good version published serves at once.
+
 An environment the control plane no longer names in a ``Welcome`` (sent again when one is
 deleted) or in its heartbeat ``Ping`` is removed cleanly: its keys stop resolving at once, its
 open event streams end, its disk copy is deleted. The ``Ping`` also names the newest committed
@@ -125,11 +130,12 @@ class SyncClient:
             case p.SnapshotMessage(snapshot=snapshot, access=access):
                 self.store.note_offered(snapshot.environment, snapshot.version)
                 previous = self.store.get(snapshot.environment)
-                self._accept(
+                if not self._accept(
                     snapshot.environment,
                     snapshot.version,
                     lambda: EnvironmentState.build(snapshot, access, previous=previous),
-                )
+                ):
+                    await self._report_refusals(socket)
             case p.Patch() as patch:
                 self.store.note_offered(patch.environment, patch.version)
                 current = self.store.get(patch.environment)
@@ -138,19 +144,17 @@ class SyncClient:
                     return
                 if current is None or current.version != patch.from_version:
                     logger.info("patch %s does not follow our version; resyncing", patch.version)
-                    await socket.send(
-                        p.encode(
-                            p.Hello(relay=self.settings.relay_id, versions=self.store.versions())
-                        )
-                    )
+                    await self._resync(socket)
                     return
                 base = current
-                self._accept(
+                if not self._accept(
                     patch.environment,
                     patch.version,
                     lambda: EnvironmentState.patched(base, patch),
                     patch,
-                )
+                ):
+                    await self._report_refusals(socket)
+                    await self._resync(socket)  # the whole snapshot, not this patch again
             case p.Ping(sent_at=sent_at, environments=committed):
                 await socket.send(p.encode(p.Pong(sent_at=sent_at)))
                 if committed is not None:
@@ -159,6 +163,25 @@ class SyncClient:
                     self._drop_all_but(committed)
             case p.Pong():
                 pass
+
+    async def _resync(self, socket: ClientConnection) -> None:
+        """Ask for what the relay lacks: ``Hello`` naming the version held of each environment,
+        except those holding back a refused version, whose full snapshot it asks for instead (a
+        patch chain from the held version would replay the patch it refused)."""
+        versions = {
+            env: version
+            for env, version in self.store.versions().items()
+            if env not in self.store.refusing
+        }
+        await socket.send(p.encode(p.Hello(relay=self.settings.relay_id, versions=versions)))
+
+    async def _report_refusals(self, socket: ClientConnection) -> None:
+        """Tell the control plane at once which versions the relay refuses (every heartbeat
+        says it again)."""
+        await socket.send(p.encode(self._ping()))
+
+    def _ping(self) -> p.Ping:
+        return p.Ping(sent_at=time.time_ns() // 1_000_000, refused=dict(self.store.refusing))
 
     def _drop_all_but(self, environments: Iterable[str]) -> None:
         """Stop serving every environment upstream no longer names (deleted, or the key lost
@@ -184,21 +207,36 @@ class SyncClient:
         version: int,
         build: Callable[[], EnvironmentState],
         patch: p.Patch | None = None,
-    ) -> None:
+    ) -> bool:
         """Serve the state ``build`` makes (a full snapshot, or ``patch`` of the state held) if
-        ``version`` moves ``environment`` forward; save it (a patch: appended to the log)."""
+        ``version`` moves ``environment`` forward; save it (a patch: appended to the log).
+
+        False if it does not compile (never expected: the control plane checks writes and what
+        it publishes with the same engine): the last good version goes on being served, the
+        refusal is reported (``/readyz`` not ready, ``/metrics``, the control plane) and logged
+        once per version, and nothing of it is saved, so a restart never loads it."""
         if not self.store.is_newer(environment, version):
             current = self.store.version(environment)
             assert current is not None
             self._refuse(environment, version, current)
-            return
+            return True
         try:
             state = build()
-        except CompileError as exc:  # never expected: the control plane validates on write
-            logger.error("refusing version %s of %s: %s", version, environment, exc)
-            return
+        except CompileError as exc:
+            reason = f"{exc.path}: {exc.message}" if exc.path else exc.message
+            if self.store.refuse(environment, version, reason):
+                logger.error(
+                    "refusing version %d of %s from %s, serving %s: %s",
+                    version,
+                    environment,
+                    self.upstream,
+                    self.store.version(environment) or "nothing",
+                    reason,
+                )
+            return False
         self.store.swap(state)
         self.files.schedule(state.snapshot, state.access, patch)
+        return True
 
     async def _heartbeat(self, socket: ClientConnection) -> None:
         while True:
@@ -206,4 +244,4 @@ class SyncClient:
             if time.monotonic() - self.store.last_upstream_message > 3 * self.heartbeat_s:
                 await socket.close(4408, "no heartbeat from the control plane")
                 return
-            await socket.send(p.encode(p.Ping(sent_at=time.time_ns() // 1_000_000)))
+            await socket.send(p.encode(self._ping()))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -161,6 +162,39 @@ class Scope:
         )
         versions = {environment_id: int(version) for environment_id, version in bumped}
         self.change.add(ids, flags=flags, segments=segments, reason=reason, versions=versions)
+
+
+async def serialise_project_writes(session: AsyncSession, project_id: str) -> None:
+    """Hold the project's write lock until the transaction ends: the one home of the rule that
+    the check and the write of what goes into a snapshot are serialised per project.
+
+    A write checks the project's state (a prerequisite or segment cycle, a segment in use, a
+    key taken) and then writes; two of them at once, each checking before the other's commit,
+    could both pass and store together what neither check allowed (issue #33: two PUTs made a
+    prerequisite cycle that relays then refused). Taken before the write's first read, the
+    lock makes every such check see the previous writer's commit, on every replica:
+
+    - PostgreSQL: a transaction-scoped advisory lock keyed by the project, released by the
+      commit or rollback. Under READ COMMITTED (the default) each statement after it sees what
+      the previous holder committed; under REPEATABLE READ or SERIALIZABLE the transaction's
+      snapshot is taken at its first statement, so callers take the lock first
+      (``control_plane.deps.unit_of_work`` ends the read-only key lookup's transaction before).
+    - SQLite: nothing to take: every transaction starts with ``BEGIN IMMEDIATE``
+      (``control_plane.db.engine``), which already holds the database's single write lock from
+      the transaction's first statement to its end.
+    """
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(:key)"), {"key": project_lock_key(project_id)}
+    )
+
+
+def project_lock_key(project_id: str) -> int:
+    """The advisory lock key of a project: 64 signed bits of a hash of its id (stable across
+    processes and versions, unlike Python's ``hash``)."""
+    digest = hashlib.blake2b(f"vane.project-writes:{project_id}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
 
 
 def percent(units: int) -> float | int:

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.db.engine import make_async_engine
 from control_plane.db.models import Project
-from control_plane.domain.common import CLI_ACTOR, Scope
+from control_plane.domain.common import CLI_ACTOR, Scope, serialise_project_writes
 from control_plane.domain.webhooks.outbox import OUTBOX
 from control_plane.errors import ApiError
 from control_plane.settings import Settings
@@ -37,6 +37,7 @@ async def in_project(project_key: str, work: Callable[[Scope], Awaitable[T]]) ->
                     404,
                     f"project {project_key!r} not found (start the control plane once to create 'default')",
                 )
+            await serialise_project_writes(session, project_id)
             scope = Scope(session=session, project_id=project_id, actor=CLI_ACTOR, hooks=OUTBOX)
             result = await work(scope)
             await session.commit()

@@ -13,7 +13,10 @@ A flag, segment or experiment that cannot be encoded for the wire (stored before
 its values) never stops its environment from publishing: the item is left out — the relays keep
 the last version of it they were sent, if any — and reported (``Hub.left_out``, the control
 plane's ``/readyz`` and ``/metrics``, an error in the log). An environment whose publication
-fails for any other reason is reported the same way (``Hub.failing``) until one succeeds.
+fails for any other reason is reported the same way (``Hub.failing``) until one succeeds; so is
+a snapshot the relays' engine would refuse (a prerequisite or segment cycle the write checks
+missed, data written behind the API): every snapshot is compiled as relays compile it before it
+is published (``compiled_as_relays_would``), and one that does not compile is never sent.
 Deleted environments (``Change.removed``, or found gone by the reconciler) leave every feed and
 connection at once: a relay is sent a new ``Welcome`` without them, a provider's stream ends.
 
@@ -41,6 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from control_plane.db.models import ApiKey, Environment
 from control_plane.publishing.change import Change, EnvironmentChange
 from control_plane.publishing.snapshots import compile_change, compile_environment
+from shared.engine import CompiledEnvironment, CompileError, compile_patch, compile_snapshot
 from shared.wire import protocol as p
 from shared.wire.snapshot import Snapshot
 
@@ -82,6 +86,27 @@ def leave_out_unencodable(
     return msgspec.structs.replace(snapshot, **parts), left_out
 
 
+class Unpublishable(Exception):
+    """A snapshot the relays' engine would refuse (it does not compile): never published."""
+
+
+def compiled_as_relays_would(
+    snapshot: Snapshot, old: Feed | None, patch: p.Patch | None
+) -> CompiledEnvironment:
+    """``snapshot`` compiled with the engine relays run (``shared.engine``, strict, as
+    ``relay.store``), from the previous feed's compiled form where there is one, so a patch
+    costs what it changed; raises ``Unpublishable`` saying why a relay would refuse it."""
+    try:
+        if old is not None and old.compiled is not None and patch is not None:
+            flags, segments = p.patched_keys(patch)
+            return compile_patch(old.compiled, snapshot, flags=flags, segments=segments)
+        return compile_snapshot(snapshot, previous=old.compiled if old is not None else None)
+    except CompileError as exc:
+        where = f"{exc.path}: " if exc.path else ""
+        message = f"v{snapshot.version} would be refused by relays: {where}{exc.message}"
+        raise Unpublishable(message) from exc
+
+
 @dataclass
 class Feed:
     """The newest snapshot of one environment and the recent patches that led to it."""
@@ -94,6 +119,7 @@ class Feed:
         default_factory=lambda: deque(maxlen=PATCH_HISTORY)
     )
     _full_frame: bytes | None = None
+    compiled: CompiledEnvironment | None = None  # as relays compile it: checked before publishing
 
     @property
     def full_frame(self) -> bytes:
@@ -141,6 +167,7 @@ class Connection:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     heartbeat_ms: int = 0
     welcome_again: bool = False  # an environment it reads was deleted: tell it which are left
+    refused: dict[str, p.Refused] = field(default_factory=dict)  # by environment key
 
     def mark(self, environment_id: str) -> None:
         self.pending.add(environment_id)
@@ -179,7 +206,9 @@ class Hub:
         self._announced: dict[str, int] = {}  # environment id -> changes announced, not applied
         self.failing: dict[str, str] = {}  # environment id -> why its last publication failed
         self.left_out: dict[str, dict[str, str]] = {}  # environment id -> item -> why
-        self.failures = 0  # publications that failed, since start
+        # publications that failed since start, by environment key: this replica's own, and
+        # versions a relay connected here refused (each counted once per relay and version)
+        self.failures: dict[str, int] = {}
         self.names: dict[str, str] = {}  # environment id -> key, for reports
 
     # --- building feeds ---------------------------------------------------------------------
@@ -268,8 +297,15 @@ class Hub:
             await work
         except asyncio.CancelledError:
             raise
+        except Unpublishable as exc:
+            # the data is wrong, not the moment: reported, counted and logged once per reason
+            # (the reconciler finds the same version again every few seconds)
+            if self.failing.get(environment_id) != str(exc):
+                self.failing[environment_id] = str(exc)
+                self.count_failure(self.names.get(environment_id, environment_id))
+                logger.error("not publishing %s: %s", self.names.get(environment_id), exc)
         except Exception as exc:
-            self.failures += 1
+            self.count_failure(self.names.get(environment_id, environment_id))
             self.failing[environment_id] = f"{type(exc).__name__}: {exc}"
             logger.exception(
                 "publishing %s failed; the reconciler retries it",
@@ -277,6 +313,33 @@ class Hub:
             )
         else:
             self.failing.pop(environment_id, None)
+
+    def count_failure(self, environment: str) -> None:
+        self.failures[environment] = self.failures.get(environment, 0) + 1
+
+    def relay_refused(self, connection: Connection, refused: dict[str, p.Refused]) -> None:
+        """What ``connection``'s relay says it refuses now (its heartbeat): each version newly
+        refused is counted as a failed publication of its environment and logged once."""
+        for environment, refusal in sorted(refused.items()):
+            known = connection.refused.get(environment)
+            if known is None or known.version != refusal.version:
+                self.count_failure(environment)
+                logger.error(
+                    "relay %s refuses %s v%d and serves an older version: %s",
+                    connection.relay_id,
+                    environment,
+                    refusal.version,
+                    refusal.reason,
+                )
+        connection.refused = dict(refused)
+
+    def refused_by(self) -> dict[str, dict[str, p.Refused]]:
+        """Environment key -> relay id -> the version it refuses (relays connected here)."""
+        found: dict[str, dict[str, p.Refused]] = {}
+        for connection in self.connections:
+            for environment, refusal in connection.refused.items():
+                found.setdefault(environment, {})[connection.relay_id] = refusal
+        return found
 
     def remove(self, environment_id: str) -> None:
         """``environment_id`` was deleted: drop its feed, and tell every relay and provider that
@@ -349,6 +412,7 @@ class Hub:
     ) -> None:
         """Make ``snapshot`` the environment's feed; keep the patch from ``old`` to it. Whatever
         cannot be encoded is left out and reported, never allowed to stop the rest."""
+        self.names[environment_id] = snapshot.environment
         previous = old.snapshot if old is not None else None
         new_access = access if old is None or access != old.access else None
         try:
@@ -396,10 +460,12 @@ class Hub:
         snapshot for a first feed): raises ``UNENCODABLE`` if the wire cannot carry it."""
         feed = Feed(environment_id, project_id, snapshot, access)
         if old is None:
+            feed.compiled = compiled_as_relays_would(snapshot, None, None)
             feed.full_frame  # noqa: B018 - encoded now: a relay reads this feed next
             return feed, None
         if patch is None:
             patch = p.diff(old.snapshot, snapshot, access if access != old.access else None)
+        feed.compiled = compiled_as_relays_would(snapshot, old, patch)
         frame = p.encode(patch)
         feed.patches = old.patches
         feed.patches.append((patch, frame))

@@ -59,7 +59,9 @@ class RelaySession:
                     self.connection.versions = dict(versions)
                     for environment_id in self.connection.environment_ids:
                         self.connection.mark(environment_id)
-                case p.Ping(sent_at=sent_at):
+                case p.Ping(sent_at=sent_at, refused=refused):
+                    if refused is not None:
+                        self.hub.relay_refused(self.connection, refused)
                     await self.send(p.encode(p.Pong(sent_at=sent_at)))
                 case p.Pong():
                     pass

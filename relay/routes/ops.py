@@ -3,11 +3,12 @@ every environment the control plane named), ``/metrics`` (Prometheus text format
 ``/openapi.json`` (the relay's API).
 
 ``/readyz`` also says what each fault looks like: the upstream connected to (or tried last),
-whether it is stale, per environment the version served, its age and how many versions behind
-upstream's announcements it is, and the sections other parts register (the event spool's depth
-and write errors, the forwarder's failures, open event streams). ``notReady`` (present only
-then) names each registered condition that fails, with why (a stalled forwarder); any makes the
-answer 503."""
+whether it is stale, per environment the version served, its age, how many versions behind
+upstream's announcements it is and whether a version it refused (one that does not compile)
+holds it back (then not ready, with the reason), and the sections other parts register (the event
+spool's depth and write errors, the forwarder's failures, open event streams). ``notReady``
+(present only then) names each registered condition that fails, with why (a stalled forwarder);
+any makes the answer 503."""
 
 from __future__ import annotations
 
@@ -25,6 +26,27 @@ def register(router: Router, store: Store, metrics: RelayMetrics) -> None:
     async def healthz(request: Request) -> Response:
         return Response(200, _HEALTHY, [CONTENT_JSON, (b"cache-control", b"no-store")])
 
+    def served(env: str, now: float) -> dict[str, object]:
+        state = store.get(env)
+        if state is None:
+            return {"version": None}
+        return {
+            "version": state.version,
+            "ageSeconds": round(now - state.received_at, 3),
+            "versionsBehind": store.versions_behind(env),
+        }
+
+    def refusals(env: str) -> dict[str, object]:
+        """Whether a refused version holds the environment back (not ready), and why."""
+        refused = store.refusing.get(env)
+        return {
+            "ready": refused is None,
+            "refused": (
+                None if refused is None else {"version": refused.version, "reason": refused.reason}
+            ),
+            "refusedVersions": store.refused_versions.get(env, 0),
+        }
+
     async def readyz(request: Request) -> Response:
         now = time.time()
         not_ready = metrics.not_ready()  # the conditions other parts register (the forwarder)
@@ -36,12 +58,8 @@ def register(router: Router, store: Store, metrics: RelayMetrics) -> None:
             "connected": store.connected,
             "upstream": store.upstream,
             "environments": {
-                env: {
-                    "version": state.version,
-                    "ageSeconds": round(now - state.received_at, 3),
-                    "versionsBehind": store.versions_behind(env),
-                }
-                for env, state in sorted(store.states.items())
+                env: {**served(env, now), **refusals(env)}
+                for env in sorted({*store.states, *store.refusing})
             },
             **metrics.status(),
         }

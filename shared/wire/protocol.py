@@ -6,8 +6,11 @@ environment: nothing (the relay is current), ``Patch`` messages in order (it is 
 behind), or one ``SnapshotMessage`` (anything else). Afterwards every committed change arrives
 the same way. Both sides send ``Ping`` every ``heartbeat_ms`` and answer with ``Pong``; the
 control plane's ``Ping`` also names the environments the relay may read and the newest version
-committed for each, so a relay the hub failed to reach still knows it is behind. A deleted
-environment is announced by a new ``Welcome`` that no longer names it: the relay drops it.
+committed for each, so a relay the hub failed to reach still knows it is behind; a relay's
+``Ping`` names the versions it refused (``Refused``: a snapshot its engine would not compile). A
+relay that wants an environment's full snapshot (after refusing a patch) sends ``Hello`` without
+that environment in ``versions``. A deleted environment is announced by a new ``Welcome`` that
+no longer names it: the relay drops it.
 
 ``Access`` travels with snapshots: hashes of the public and server keys that may call a relay,
 so a relay checks keys locally and a revoked key stops at every relay with the next patch.
@@ -79,12 +82,24 @@ class Patch(Message, tag="patch", frozen=True):
     removed_experiments: tuple[str, ...] = ()
 
 
+class Refused(WireStruct, frozen=True):
+    """A version of an environment a relay would not serve (its snapshot does not compile)."""
+
+    version: int
+    reason: str
+
+
 class Ping(Message, tag="ping", frozen=True):
     sent_at: int  # epoch milliseconds
     environments: dict[str, int] | None = None
     """From the control plane: every environment the relay may read, with the newest version
     committed for it. A relay serving less reports itself behind (whatever the hub managed to
     send); one serving an environment not named drops it (deleted, its keys with it)."""
+    refused: dict[str, Refused] | None = None
+    """From a relay: the environments whose newest version it refused (and serves an older one
+    instead), by key; ``{}`` when it refuses none, None from a relay too old to say. Sent with
+    every heartbeat and at once when it changes, so the control plane reports what relays
+    refuse, and stops when they recover."""
 
 
 class Pong(Message, tag="pong", frozen=True):

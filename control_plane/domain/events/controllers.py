@@ -8,7 +8,7 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, Principal, requires
-from control_plane.deps import Ctx
+from control_plane.deps import UNSERIALISED, Ctx
 from control_plane.domain.events import schemas as s
 from control_plane.domain.events import services
 from control_plane.errors import FieldError, StrictBody, invalid_many, malformed
@@ -43,6 +43,7 @@ class TrackBody(StrictBody[s.EventIn]):
 class EventController(Controller):
     path = "/"
     tags = ["events"]
+    opt = {UNSERIALISED: True}  # events never go into a snapshot: ingest runs in parallel
 
     @post(
         "/track",

@@ -8,7 +8,7 @@ from litestar import Controller, Request, delete, get, patch, post, put
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import ALSO_KEYS, KeyKind, Principal, requires
-from control_plane.deps import Ctx, IfMatch
+from control_plane.deps import UNSERIALISED, Ctx, IfMatch
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments import services
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
@@ -157,7 +157,7 @@ class ExperimentController(Controller):
         status_code=200,
         summary="Assign a unit to a variant (records its first exposure)",
         description="Management key, or a server key bound to an environment (a backend).",
-        opt={ALSO_KEYS: [KeyKind.SERVER]},
+        opt={ALSO_KEYS: [KeyKind.SERVER], UNSERIALISED: True},  # records exposures only
     )
     async def assign(
         self,

@@ -251,7 +251,13 @@ async def preview(scope: Scope, key: str, env_key: str, context: dict[str, Any])
     """Evaluate ``key`` for ``context`` exactly as a relay holding the current snapshot would."""
     await find_flag(scope, key)  # 404 for an unknown flag; an archived one is FLAG_NOT_FOUND below
     env = await scope.environment(env_key)
-    compiled = compile_snapshot(await compile_environment(scope.session, env))
+    try:
+        compiled = compile_snapshot(await compile_environment(scope.session, env))
+    except CompileError as exc:  # stored behind the API's checks: relays refuse it too
+        raise invalid(
+            exc.path or "environment",
+            f"the snapshot of {env.key} does not compile, so no relay serves it: {exc.message}",
+        ) from exc
     result = evaluate(compiled, key, context, time.time_ns() // 1_000_000)
     return s.Preview(
         flag=key,

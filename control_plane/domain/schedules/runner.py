@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
-from control_plane.domain.common import Actor, Hooks, Scope
+from control_plane.domain.common import Actor, Hooks, Scope, serialise_project_writes
 from control_plane.domain.schedules.services import schedule_out
 from control_plane.errors import ApiError
 from control_plane.publishing.change import Change
@@ -96,6 +96,8 @@ class ScheduleRunner:
                     await session.rollback()
                     return 0
                 row, flag_key, env_key = await _load(session, schedule_id)
+                # READ COMMITTED: the reads after the lock see the previous writer's commit
+                await serialise_project_writes(session, row.project_id)
                 scope = self._scope(session, row)
                 row.reason = await self.apply(scope, row, flag_key, env_key)
                 await session.commit()
