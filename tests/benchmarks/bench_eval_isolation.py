@@ -59,7 +59,7 @@ def _serve(port: int, inline: bool) -> None:
     snapshot = Snapshot(project="p", environment=ENV, version=1, flags=flags, segments={})
     state = EnvironmentState.build(snapshot, public_access())
     if inline:
-        state = dataclasses.replace(state, searches=False)
+        state = dataclasses.replace(state, search_units=0)
     store = Store()
     store.swap(state)
     store.connected = True
