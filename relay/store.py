@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from shared.engine import CompiledEnvironment, compile_patch, compile_snapshot
-from shared.engine.rules import any_searches
+from shared.engine.operators import INLINE_SEARCH_UNITS
+from shared.engine.rules import search_units
 from shared.keys import hash_token
 from shared.wire.protocol import Access, AccessKey, Patch, Refused, apply_patch, patched_keys
 from shared.wire.snapshot import Snapshot
@@ -57,9 +58,16 @@ class EnvironmentState:
     access: Access
     received_at: float  # wall-clock seconds when this version was accepted (or loaded from disk)
     etag: str
-    searches: bool = False
-    """Whether some rule runs a regular expression: then evaluations run off the event loop
-    (``relay.routes.evaluation``). After a patch it stays true until the next full snapshot."""
+    search_units: int = 0
+    """What a bulk evaluation may search, in the search budget's units (``matches`` patterns'
+    RE2 instructions, ``contains`` values; ``shared.engine.rules.search_units``). A patch adds
+    the units of what it names, so it over-counts until the next full snapshot."""
+
+    @property
+    def searches(self) -> bool:
+        """Whether evaluations run off the event loop (``relay.routes.evaluation``): the worst
+        searches of this environment could hold the loop more than a few milliseconds."""
+        return self.search_units > INLINE_SEARCH_UNITS
 
     @classmethod
     def build(
@@ -83,7 +91,7 @@ class EnvironmentState:
             access=access,
             received_at=time.time() if received_at is None else received_at,
             etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',
-            searches=any_searches([*snapshot.flags.values(), *snapshot.segments.values()]),
+            search_units=search_units(snapshot.flags.values(), snapshot.segments.values()),
         )
 
     @classmethod
@@ -103,10 +111,9 @@ class EnvironmentState:
             access=patch.access or previous.access,
             received_at=time.time(),
             etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',
-            searches=previous.searches
-            or any_searches(
-                [snapshot.flags.get(k) for k in flags]
-                + [snapshot.segments.get(k) for k in segments]
+            search_units=previous.search_units
+            + search_units(
+                [snapshot.flags.get(k) for k in flags], [snapshot.segments.get(k) for k in segments]
             ),
         )
 

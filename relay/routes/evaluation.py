@@ -1,12 +1,12 @@
 """Evaluations a request asks for, run where they cannot hold the event loop.
 
-An environment whose rules run no regular expression evaluates on the loop: every other
-operator's work is bounded by its length caps (``shared.engine.operators``) and takes
-microseconds. One whose rules do is evaluated on a worker thread: the budget bounds a pattern's
-work, not how many flags a request evaluates, and RE2 searches release the GIL, so ``/healthz``
-and the other environments' requests keep being served while it runs. One worker: evaluations
-that search queue behind each other rather than take every core.
-"""
+An environment whose worst searches are small (``EnvironmentState.searches``: at most
+``INLINE_SEARCH_UNITS`` of the search budget, ``shared.engine.operators``) evaluates on the loop:
+every other operator's work is bounded by the length caps and takes microseconds. Any other is
+evaluated on a worker thread: the budget bounds a flag's work, not how many flags a request
+evaluates; RE2 searches release the GIL, and a ``contains`` pass is one C call of at most 16 KiB,
+so ``/healthz`` and the other environments' requests keep being served while it runs. One
+worker: evaluations that search queue behind each other rather than take every core."""
 
 from __future__ import annotations
 

@@ -396,7 +396,7 @@ def build_flag(
         served = _serve(rule.serve, f"{path}.serve", variations, rule_result, salt, bucket_by)
         rules.append((match, served.fixed, served.run))
 
-    check_search_budget(flag.rules, "this flag's patterns together")
+    check_search_budget(flag.rules, "this flag's patterns and contains values together")
 
     def fallthrough_result(idx: int, in_rollout: bool) -> Evaluation:
         return make(idx, Reason.FALLTHROUGH, in_rollout=in_rollout)

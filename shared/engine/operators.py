@@ -11,8 +11,9 @@ Edge cases, following LaunchDarkly:
 * ``startsWith``, ``endsWith``, ``contains``, ``matches``: both sides strings, case-sensitive;
   ``matches`` is a regex *search*, not a full match, run by RE2 (``google-re2``): time linear in
   the attribute's length whatever the pattern, because a public key chooses the attribute. A
-  pattern RE2 cannot run (backreferences, lookaround) is refused when compiling, and an attribute
-  longer than ``MAX_MATCHED_LENGTH`` characters never matches (a second bound on the work).
+  pattern RE2 cannot run (backreferences, lookaround) is refused when compiling. An attribute
+  longer than ``MAX_MATCHED_LENGTH`` characters never matches any string operator (the bound on
+  what a public key makes one clause read; see "the search budget" below).
 * ``lessThan`` … ``greaterThanOrEqual``: numbers only; a boolean is not a number and a numeric
   string is not a number.
 * ``before``, ``after``: each side is an RFC 3339 timestamp string (date *and* time *and* offset,
@@ -71,8 +72,19 @@ def _finite(value: int | float) -> bool:
     return isinstance(value, int) or math.isfinite(value)
 
 
-def _canonical(value: Any) -> Any:
-    """A hashable form of a JSON value under type-strict equality (``True`` is not ``1``)."""
+MAX_VALUE_DEPTH = 32
+"""The deepest an ``in`` clause's composite value nests; an attribute nested deeper cannot equal
+one, and is not walked past it (a context nested ~1,000 deep decodes, and once exhausted the
+recursion limit here: a 500)."""
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _canonical(value: Any, depth: int = 0) -> Any:
+    """A hashable form of a JSON value under type-strict equality (``True`` is not ``1``);
+    ``_TooDeep`` past ``MAX_VALUE_DEPTH`` levels."""
     if isinstance(value, str):
         return ("s", str(value))
     if isinstance(value, bool):
@@ -81,15 +93,17 @@ def _canonical(value: Any) -> Any:
         return ("n", value)
     if value is None:
         return ("z",)
+    if depth > MAX_VALUE_DEPTH:
+        raise _TooDeep
     if isinstance(value, ARRAYS):
-        return ("l", tuple(_canonical(item) for item in value))
+        return ("l", tuple(_canonical(item, depth + 1) for item in value))
     if isinstance(value, Mapping):
-        return ("d", frozenset((k, _canonical(v)) for k, v in value.items()))
+        return ("d", frozenset((k, _canonical(v, depth + 1)) for k, v in value.items()))
     return ("o", id(value))
 
 
 def _check_json(value: Any, path: str, depth: int = 0) -> None:
-    if depth > 32:
+    if depth > MAX_VALUE_DEPTH:
         raise InvalidAt(path, "value nested too deeply")
     if value is None or isinstance(value, str | bool):
         return
@@ -236,22 +250,40 @@ def _in(values: Sequence[Any], path: str) -> tuple[Predicate, frozenset[str]]:
             return str(value) in strings
         if not keys or (not composite and isinstance(value, COMPOSITES)):
             return False
-        return _canonical(value) in keys
+        try:
+            return _canonical(value) in keys
+        except _TooDeep:
+            return False
 
     return match_in, strings
 
 
 def _string_op(op: str, values: Sequence[Any], path: str) -> Predicate:
     texts = _strings(op, values, path)
+    cap = MAX_MATCHED_LENGTH
     if op == "startsWith":
         prefixes = tuple(texts)
-        return lambda value: isinstance(value, str) and value.startswith(prefixes)
+        return lambda value: (
+            isinstance(value, str) and len(value) <= cap and value.startswith(prefixes)
+        )
     if op == "endsWith":
         suffixes = tuple(texts)
-        return lambda value: isinstance(value, str) and value.endswith(suffixes)
+        return lambda value: (
+            isinstance(value, str) and len(value) <= cap and value.endswith(suffixes)
+        )
     if op == "contains":
-        parts = tuple(texts)
-        return lambda value: isinstance(value, str) and any(p in value for p in parts)
+        crossing = over_budget([1] * len(texts), MAX_CLAUSE_PROGRAM_SIZE)
+        if crossing is not None:
+            raise InvalidAt(
+                f"{path}[{crossing}]",
+                too_large(len(texts), MAX_CLAUSE_PROGRAM_SIZE, "this clause's values together"),
+            )
+        parts = tuple(dict.fromkeys(texts))  # each distinct substring is one pass over the value
+
+        def contains_any(value: Any) -> bool:
+            return isinstance(value, str) and len(value) <= cap and any(p in value for p in parts)
+
+        return contains_any
     compiled = [_regex(text, f"{path}[{i}]") for i, text in enumerate(texts)]
     sizes = [int(regex.programsize) for regex in compiled]
     crossing = over_budget(sizes, MAX_CLAUSE_PROGRAM_SIZE)
@@ -263,7 +295,7 @@ def _string_op(op: str, values: Sequence[Any], path: str) -> Predicate:
     searches = tuple(regex.search for regex in compiled)
 
     def search_any(value: Any) -> bool:
-        if not isinstance(value, str) or len(value) > MAX_MATCHED_LENGTH:
+        if not isinstance(value, str) or len(value) > cap:
             return False
         # RE2 reads UTF-8: encoded once here, not once per pattern by the binding, and with
         # "surrogatepass" so a lone surrogate (a surrogate-escaped file name) is one character,
@@ -275,29 +307,47 @@ def _string_op(op: str, values: Sequence[Any], path: str) -> Predicate:
 
 
 MAX_MATCHED_LENGTH = 16 * 1024
-"""The most characters one ``matches`` clause searches for one context: a longer attribute, or
-an array whose strings add up to more, is no match (no email, path, user agent or version string
-comes near it; RE2 is linear anyway, this bounds the constant)."""
+"""The most characters one string-operator clause (``startsWith``, ``endsWith``, ``contains``,
+``matches``) reads for one context: a longer attribute, or an array whose strings add up to more
+(each element counting one more), is no match, and a negated clause on it is then true, as for
+every "no match" (no email, path, user agent or version string comes near it)."""
 
-# The regular-expression budget. RE2 runs a pattern as a DFA built lazily in at most
-# ``REGEX_MAX_MEM`` bytes; a pattern whose DFA cannot fit (``[ab]*a[ab]{400}c`` has 2^400 states)
-# falls back to RE2's NFA, whose time is the searched length times the program's size. The
-# binding does not say when that happens, so the budget counts every pattern at that worst case:
-# the work of one evaluation is at most MAX_MATCHED_LENGTH characters times the instructions of
-# the patterns a flag (or a segment) runs. The same constants refuse a rule when it is saved.
+# The search budget. RE2 runs a pattern as a DFA built lazily in at most ``REGEX_MAX_MEM`` bytes;
+# a pattern whose DFA cannot fit (``[ab]*a[ab]{400}c`` has 2^400 states) falls back to RE2's NFA,
+# whose time is the searched length times the program's size. The binding does not say when that
+# happens, so the budget counts every pattern at that worst case, one unit an RE2 instruction;
+# a ``contains`` value is one pass over the attribute and counts one unit (measured at worst
+# ~5 ns a character, an NFA instruction ~11 ns). The work of one evaluation is at most
+# MAX_MATCHED_LENGTH characters times the units of the clauses a flag (or a segment) runs;
+# ``startsWith``/``endsWith`` compare at most their values' lengths and cost no unit. The same
+# constants refuse a rule when it is saved.
 MAX_PROGRAM_SIZE = 256
 """The largest pattern ``matches`` runs, in RE2 instructions. Real targeting patterns (an email
 domain, a path prefix, a version family) are tens of instructions; a counted repeat such as
 ``.{1000}`` or ``\\pL{2,50}`` multiplies the pattern, and ``[ab]*a[ab]{400}c`` (407) took
 ~0.2 s on a 16 KiB attribute."""
 MAX_CLAUSE_PROGRAM_SIZE = 512
-"""The RE2 instructions of one clause's patterns together (fifty 47-instruction patterns in one
-clause made one request take seconds)."""
+"""The units of one clause: its patterns' RE2 instructions together (fifty 47-instruction
+patterns in one clause made one request take seconds), or its ``contains`` values (10,000 of
+them against a 16 KiB attribute took ~0.8 s)."""
 MAX_RULES_PROGRAM_SIZE = 1024
-"""The RE2 instructions of all the patterns of one flag's rules, or of one segment's rules."""
+"""The units of all the clauses of one flag's rules, or of one segment's rules."""
+INLINE_SEARCH_UNITS = 32
+"""The units above which a relay evaluates an environment on its worker thread rather than on its
+event loop (``relay.routes.evaluation``): 32 units of 16 KiB are a few milliseconds at worst."""
 REGEX_MAX_MEM = 256 * 1024
 """The memory RE2 may use for one pattern (program and DFA cache); past it the DFA gives way to
 the NFA (bounded by the budget above) instead of growing: RE2's default is 8 MiB a pattern."""
+
+
+def read_length(value: Any) -> int:
+    """What a string operator reads of an attribute, against ``MAX_MATCHED_LENGTH``: a string's
+    characters; an array's strings' characters plus one an element."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, ARRAYS):
+        return len(value) + sum(len(item) for item in value if isinstance(item, str))
+    return 0
 
 
 def regex_options() -> Any:
@@ -353,8 +403,8 @@ def _regex(text: str, path: str) -> Any:
 
 def too_large(size: int | str, limit: int, what: str) -> str:
     return (
-        f"too large to run in a few milliseconds: {what} takes {size} RE2 instructions, "
-        f"at most {limit} (a counted repeat such as .{{1000}} or \\pL{{2,50}} multiplies the "
+        f"too large to run in a few milliseconds: {what} takes {size} RE2 instructions "
+        f"(a contains value counts as one), at most {limit} (a counted repeat such as .{{1000}} or \\pL{{2,50}} multiplies the "
         "pattern; each instruction is work on every character searched)"
     )
 

@@ -158,21 +158,20 @@ def _attribute_matcher(
     return match_read
 
 
-def _searches_within_budget(
+def _reads_within_budget(
     names: tuple[str, ...], predicate: operators.Predicate, negate: bool
 ) -> Matcher:
-    """A ``matches`` clause on a context attribute: the page chooses the attribute, so an array's
-    strings count together against ``operators.MAX_MATCHED_LENGTH`` (past it: no match), and
-    no context makes one clause search more than that many characters."""
+    """A string-operator clause on a context attribute: the page chooses the attribute, so an
+    array's strings (and its elements) count together against ``operators.MAX_MATCHED_LENGTH``
+    (past it: no match, so a negated clause holds), and no context makes one clause read more
+    than that many characters."""
     budget = operators.MAX_MATCHED_LENGTH
     read = reader(names)
 
     def match(context: Context, key: str) -> bool:
         value = read(context)
-        if isinstance(value, ARRAYS):
-            searched = sum(len(item) for item in value if isinstance(item, str))
-            if searched > budget:
-                return negate
+        if isinstance(value, ARRAYS) and operators.read_length(value) > budget:
+            return negate
         return _apply(value, predicate, negate)
 
     return match
@@ -225,8 +224,8 @@ def compile_clause(
     plain = len(names) == 1 and names[0] not in ("key", "kind", "anonymous")
     if names == ("kind",):  # the context's kinds, whichever kind the clause names
         return _attribute_matcher(names, predicate, negate), None
-    if op == "matches" and names not in (("key",), ("anonymous",)):
-        matcher = _searches_within_budget(names, predicate, negate)
+    if op in operators.STRING_OPS and names not in (("key",), ("anonymous",)):
+        matcher = _reads_within_budget(names, predicate, negate)
     elif strings is not None and not negate and plain and kind == USER:
         shape = StringIn(names[0], strings, predicate)
         return shape.matcher(), shape
@@ -293,38 +292,53 @@ def _segment_rule(rule: Any, path: str, salt: str, resolve_segment: SegmentResol
     return match_weighted
 
 
-def _patterns(rules: Any) -> list[tuple[str, str]]:
-    """The ``matches`` patterns of ``rules`` (a flag's or a segment's), with their paths."""
-    found: list[tuple[str, str]] = []
+def _searches(rules: Any) -> list[tuple[str, int]]:
+    """The search units of ``rules`` (a flag's or a segment's), with their paths: each ``matches``
+    pattern its RE2 instructions, each ``contains`` value one (``operators``' search budget)."""
+    found: list[tuple[str, int]] = []
     for i, rule in enumerate(rules if isinstance(rules, ARRAYS) else ()):
         clauses = getattr(rule, "clauses", ())
         for j, clause in enumerate(clauses if isinstance(clauses, ARRAYS) else ()):
             values = getattr(clause, "values", ())
-            if getattr(clause, "op", None) == "matches" and isinstance(values, ARRAYS):
-                path = f"rules[{i}].clauses[{j}].values"
-                found.extend(
-                    (f"{path}[{k}]", v) for k, v in enumerate(values) if isinstance(v, str)
-                )
+            op = getattr(clause, "op", None)
+            if op not in ("matches", "contains") or not isinstance(values, ARRAYS):
+                continue
+            path = f"rules[{i}].clauses[{j}].values"
+            found.extend(
+                (f"{path}[{k}]", operators.program_size(v) if op == "matches" else 1)
+                for k, v in enumerate(values)
+                if isinstance(v, str)
+            )
     return found
 
 
 def check_search_budget(rules: Any, what: str) -> None:
-    """``InvalidAt`` (at the pattern that crosses it) when the patterns of a flag's or a
+    """``InvalidAt`` (at the value that crosses it) when the search units of a flag's or a
     segment's compiled ``rules`` add up to more than ``operators.MAX_RULES_PROGRAM_SIZE``."""
-    patterns = _patterns(rules)
-    sizes = [operators.program_size(pattern) for _, pattern in patterns]
+    found = _searches(rules)
+    sizes = [units for _, units in found]
     crossing = operators.over_budget(sizes, operators.MAX_RULES_PROGRAM_SIZE)
     if crossing is not None:
         raise InvalidAt(
-            patterns[crossing][0],
+            found[crossing][0],
             operators.too_large(sum(sizes), operators.MAX_RULES_PROGRAM_SIZE, what),
         )
 
 
+def search_units(flags: Iterable[Any], segments: Iterable[Any]) -> int:
+    """What a bulk evaluation of these flags (as the wire has them) may search, in the budget's
+    units: their own, and for any segment that searches, more than
+    ``operators.INLINE_SEARCH_UNITS`` (a segment runs once for every clause that names it, so
+    its units are not simply added). The relay evaluates past that off its event loop."""
+    if any(_searches(getattr(item, "rules", ())) for item in segments):
+        return operators.INLINE_SEARCH_UNITS + 1
+    return sum(units for item in flags for _, units in _searches(getattr(item, "rules", ())))
+
+
 def any_searches(items: Iterable[Any]) -> bool:
-    """Whether any of ``items`` (flags or segments as the wire has them) runs a ``matches``
-    clause: the relay evaluates such an environment off its event loop."""
-    return any(_patterns(getattr(item, "rules", ())) for item in items)
+    """Whether any of ``items`` (flags or segments as the wire has them) runs a ``matches`` or
+    ``contains`` clause."""
+    return any(_searches(getattr(item, "rules", ())) for item in items)
 
 
 def compile_segment(segment: Any, resolve_segment: SegmentResolver) -> Matcher:
@@ -347,7 +361,7 @@ def compile_segment(segment: Any, resolve_segment: SegmentResolver) -> Matcher:
         _segment_rule(rule, f"rules[{i}]", salt, resolve_segment)
         for i, rule in enumerate(sequence(segment.rules, "rules"))
     )
-    check_search_budget(segment.rules, "this segment's patterns together")
+    check_search_budget(segment.rules, "this segment's patterns and contains values together")
     included_of = _listed(segment.included_contexts, "includedContexts")
     excluded_of = _listed(segment.excluded_contexts, "excludedContexts")
 

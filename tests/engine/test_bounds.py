@@ -7,6 +7,7 @@ operator's length cap an attribute is no match, never an error.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -126,3 +127,106 @@ def test_whether_rules_run_regexes_is_read_from_flags_and_segments() -> None:
     assert any_searches([plain, flag("g", rules=[rule(clause("a", "matches", "x"))])])
     assert any_searches([segment("s", rules=[segment_rule(clause("a", "matches", "x"))])])
     assert not any_searches([None, "not a flag"])
+
+
+# ------------------------------------------- every string operator at its caps, and past them
+
+
+class CountingStr(str):
+    """An attribute that counts the characters the string operators read from it: the
+    deterministic cost of an evaluation (no clock)."""
+
+    read = 0
+
+    def _count(self) -> None:
+        CountingStr.read += len(self)
+
+    def __contains__(self, part: object) -> bool:
+        self._count()
+        return super().__contains__(part)  # type: ignore[operator]
+
+    def startswith(self, *args: Any) -> bool:
+        self._count()
+        return super().startswith(*args)
+
+    def endswith(self, *args: Any) -> bool:
+        self._count()
+        return super().endswith(*args)
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:  # what RE2 is given to search
+        self._count()
+        return super().encode(*args, **kwargs)
+
+
+def _holds(op: str, literals: list[str], text: str) -> bool:
+    """What the operator means, written with Python's own string methods (``matches`` is given
+    the literals escaped, so it means ``contains``)."""
+    if op == "startsWith":
+        return any(text.startswith(lit) for lit in literals)
+    if op == "endsWith":
+        return any(text.endswith(lit) for lit in literals)
+    return any(lit in text for lit in literals)
+
+
+@st.composite
+def string_attributes(draw: st.DrawFn) -> str | list[str]:
+    """Strings and arrays at, just under and past ``MAX_MATCHED_LENGTH``, or anywhere below."""
+    cap = MAX_MATCHED_LENGTH
+    length = draw(st.sampled_from([cap - 1, cap, cap + 1, 2 * cap]) | st.integers(0, cap + 64))
+    unit = draw(st.text(alphabet="abc", min_size=1, max_size=4))
+    text = (unit * (length // len(unit) + 1))[:length]
+    shape = draw(st.sampled_from(["string", "array", "halves", "empties"]))
+    if shape == "string":
+        return text
+    if shape == "array":
+        return [text]
+    if shape == "halves":
+        return [text[: length // 2], text[length // 2 :]]
+    return [""] * draw(st.sampled_from([cap // 2, cap, cap + 1]))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    op=st.sampled_from(["startsWith", "endsWith", "contains", "matches"]),
+    literals=st.lists(st.text(alphabet="abcd", min_size=1, max_size=6), min_size=1, max_size=4),
+    copies=st.sampled_from([1, 100, 512, 513]),
+    negate=st.booleans(),
+    attribute=string_attributes(),
+)
+def test_every_string_operator_reads_at_most_the_cap_and_past_it_is_no_match(
+    op: str, literals: list[str], copies: int, negate: bool, attribute: str | list[str]
+) -> None:
+    values = [re.escape(lit) if op == "matches" else lit for lit in literals]
+    values = (values * copies)[: max(copies, len(values))]
+    data = flag(rules=[rule(clause("a", op, *values, negate=negate))])
+    units = (
+        sum(program_size(v) for v in values)
+        if op == "matches"
+        else len(values)
+        if op == "contains"
+        else 0
+    )
+    if units > MAX_CLAUSE_PROGRAM_SIZE:
+        with pytest.raises(CompileError) as refused:
+            compile_snapshot(snapshot(data))
+        assert refused.value.path.startswith("flags.f.rules[0].clauses[0].values[")
+        return
+    env = compile_snapshot(snapshot(data))
+    counted = (
+        CountingStr(attribute)
+        if isinstance(attribute, str)
+        else [CountingStr(item) for item in attribute]
+    )
+    CountingStr.read = 0
+    result = evaluate(env, "f", {"key": "u", "a": counted}, 0)
+    assert result.reason in (Reason.RULE_MATCH, Reason.FALLTHROUGH)
+    items = [attribute] if isinstance(attribute, str) else attribute
+    read = len(attribute) if isinstance(attribute, str) else len(items) + sum(map(len, items))
+    if read > MAX_MATCHED_LENGTH:
+        assert CountingStr.read == 0  # not read at all
+        assert (result.reason is Reason.RULE_MATCH) is negate  # no match, then negated
+        return
+    # the deterministic cost: characters read, each distinct value reading the attribute once
+    assert CountingStr.read <= len(set(values)) * MAX_MATCHED_LENGTH
+    expected = any(_holds(op, literals, item) for item in items)
+    assert (result.reason is Reason.RULE_MATCH) is (expected is not negate)

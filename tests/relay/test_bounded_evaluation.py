@@ -41,7 +41,7 @@ def _snapshot() -> Snapshot:
             rules=(
                 Rule(
                     id="m",
-                    clauses=(Clause(op="matches", attribute="s", values=("[ab]*a[ab]{10}c",)),),
+                    clauses=(Clause(op="matches", attribute="s", values=("[ab]*a[ab]{40}c",)),),
                     serve=Serve(variation=0),
                 ),
             ),
@@ -61,7 +61,7 @@ async def test_a_version_past_the_cap_is_no_match_on_every_endpoint(version: str
     relay = make_relay()
     state = relay.swap(_snapshot(), public_access())
     assert state.searches
-    context = {"context": {"targetingKey": "u", "v": version, "s": "ba" + "b" * 10 + "c"}}
+    context = {"context": {"targetingKey": "u", "v": version, "s": "ba" + "b" * 40 + "c"}}
     async with relay.client() as client:
         single = await client.post(f"{BULK}/old-app", json=context, headers=auth())
         bulk = await client.post(BULK, json=context, headers=auth())
@@ -85,3 +85,75 @@ async def test_an_environment_without_patterns_does_not_search() -> None:
     state = relay.store.get(ENV)
     assert state is not None
     assert not state.searches
+
+
+def _one_rule_snapshot(clause: Clause) -> Snapshot:
+    base = build_snapshot(2)
+    flag = _flag(
+        "probe",
+        [True, False],
+        fallthrough=Serve(variation=1),
+        rules=(Rule(id="r", clauses=(clause,), serve=Serve(variation=0)),),
+    )
+    return Snapshot(
+        project="proj",
+        environment=ENV,
+        version=2,
+        flags={**base.flags, "probe": flag},
+        segments=base.segments,
+    )
+
+
+@pytest.mark.parametrize(
+    ("op", "value"), [("contains", "needle"), ("startsWith", "a"), ("endsWith", "needle")]
+)
+async def test_a_string_past_the_cap_is_no_match_for_every_string_operator(
+    op: str, value: str
+) -> None:
+    """A 1 MiB attribute once cost ``contains`` a full scan per value, seconds for 10,000 values
+    on the event loop; past ``MAX_MATCHED_LENGTH`` it is no match, negated or not, like
+    ``matches`` and the version cap."""
+    huge = "a" * 900_000 + "needle"
+    for negate, expected in [(False, (False, "DEFAULT")), (True, (True, "TARGETING_MATCH"))]:
+        relay = make_relay()
+        relay.swap(
+            _one_rule_snapshot(Clause(op=op, attribute="s", values=(value,), negate=negate)),
+            public_access(),
+        )
+        async with relay.client() as client:
+            for attribute in [huge, [huge], ["a" * 10_000 + "needle"] * 2]:
+                answer = await client.post(
+                    f"{BULK}/probe",
+                    json={"context": {"targetingKey": "u", "s": attribute}},
+                    headers=auth(),
+                )
+                assert answer.status_code == 200, answer.text
+                assert (answer.json()["value"], answer.json()["reason"]) == expected
+            short = await client.post(
+                f"{BULK}/probe",
+                json={"context": {"targetingKey": "u", "s": "a" * 10_000 + "needle"}},
+                headers=auth(),
+            )
+        assert short.json()["value"] is not negate  # under the cap the operator still works
+
+
+@pytest.mark.parametrize("value", [[1], {"x": 1}])
+async def test_a_deeply_nested_attribute_is_no_match_not_a_500(value: object) -> None:
+    """A context attribute nested 900 deep decodes (JSON allows ~1,000) and once exhausted the
+    recursion limit comparing it with a composite ``in`` value: OFREP single answered 500."""
+    relay = make_relay()
+    relay.swap(_one_rule_snapshot(Clause(op="in", attribute="a", values=(value,))), public_access())
+    deep = '{"context":{"targetingKey":"u","a":' + "[" * 900 + "]" * 900 + "}}"
+    async with relay.client() as client:
+        single = await client.post(
+            f"{BULK}/probe",
+            content=deep.encode(),
+            headers=auth(**{"content-type": "application/json"}),
+        )
+        bulk = await client.post(
+            BULK, content=deep.encode(), headers=auth(**{"content-type": "application/json"})
+        )
+    assert single.status_code == 200, single.text
+    assert (single.json()["value"], single.json()["reason"]) == (False, "DEFAULT")
+    items = {item["key"]: item for item in bulk.json()["flags"]}
+    assert items["probe"]["reason"] == "DEFAULT"
