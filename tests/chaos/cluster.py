@@ -51,6 +51,14 @@ class Replica:
     process: Process
     database: TcpProxy
     redis: TcpProxy | None
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+
+    def restart(self) -> None:
+        """Start the replica again on its port, as it was started (after ``kill``)."""
+        self.process = Process(self.argv, env=self.env, cwd=self.cwd)
+        wait_http_ok(f"{self.url}/readyz")
 
 
 @dataclass
@@ -91,7 +99,9 @@ class Cluster:
 
     # --- processes --------------------------------------------------------------------------
 
-    def add_replica(self, *, reconcile_s: float = 1.0) -> Replica:
+    def add_replica(
+        self, *, reconcile_s: float = 1.0, extra_env: dict[str, str] | None = None
+    ) -> Replica:
         name = f"cp{len(self.replicas) + 1}"
         database = TcpProxy(*target_of(self.database_url, 5432))
         redis = TcpProxy(*target_of(self.redis_url, 6379)) if self.redis_url else None
@@ -104,7 +114,9 @@ class Cluster:
         }
         if redis is not None and self.redis_url:
             env["VANE_REDIS_URL"] = through(redis, self.redis_url)
-        process = Process([*VANE, "control-plane", "--port", str(port)], env=env, cwd=self.workdir)
+        env.update(extra_env or {})
+        argv = [*VANE, "control-plane", "--port", str(port)]
+        process = Process(argv, env=env, cwd=self.workdir)
         if not self.keys:
             self.keys = {
                 kind: process.wait_for_line(rf"^\s+{kind}\s+({prefix}live_\S+)").group(1)
@@ -117,7 +129,7 @@ class Cluster:
             }
         url = f"http://127.0.0.1:{port}"
         wait_http_ok(f"{url}/readyz")
-        replica = Replica(name, url, process, database, redis)
+        replica = Replica(name, url, process, database, redis, argv, env, self.workdir)
         self.replicas.append(replica)
         return replica
 
