@@ -90,7 +90,11 @@ class OfrepRoutes:
             return Response(304, b"", headers[1:])  # no body, so no content type
 
         evaluations = await evaluation.all_flags(
-            state, context, int(now * 1000), client_side_only=not admitted.trusted
+            state,
+            context,
+            int(now * 1000),
+            client_side_only=not admitted.trusted,
+            context_bytes=len(raw),
         )
         parts = view.ofrep_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))
@@ -120,7 +124,7 @@ class OfrepRoutes:
             return admitted
         headers = admitted.headers
         try:
-            context, _ = parse_context(admitted.body)
+            context, raw = parse_context(admitted.body)
         except ContextError as exc:
             code = "PARSE_ERROR" if exc.malformed else "INVALID_CONTEXT"
             return Response(400, _failure(code, exc.message, key), headers)
@@ -134,7 +138,8 @@ class OfrepRoutes:
         if problem is not None:
             return Response(400, _failure(*problem, key), headers)
 
-        result = await evaluation.one_flag(state, key, context, time.time_ns() // 1_000_000)
+        now_ms = time.time_ns() // 1_000_000
+        result = await evaluation.one_flag(state, key, context, now_ms, len(raw))
         self.metrics.count_evaluations(state.environment, 1)
         self.browser.evaluated(state, context, {key: result})
         error = ofrep_error_code(result)

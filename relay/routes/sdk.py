@@ -36,7 +36,7 @@ class SdkRoutes:
             return admitted
         headers = admitted.headers
         try:
-            context, _ = parse_context(admitted.body)
+            context, raw = parse_context(admitted.body)
         except ContextError as exc:
             if exc.malformed:
                 return Response(400, vane_error(400, exc.message, code="malformed_json"), headers)
@@ -46,7 +46,7 @@ class SdkRoutes:
         view = admitted.view
         now_ms = time.time_ns() // 1_000_000
         evaluations = await evaluation.all_flags(
-            state, context, now_ms, client_side_only=not admitted.trusted
+            state, context, now_ms, client_side_only=not admitted.trusted, context_bytes=len(raw)
         )
         parts = view.sdk_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))

@@ -4,8 +4,13 @@ search evaluates on a worker thread with the same answers."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from typing import Any
+
 import pytest
 
+from relay.routes import evaluation
 from shared.wire.snapshot import Clause, Rule, Serve, Snapshot
 from tests.relay.helpers import ENV, _flag, auth, build_snapshot, make_relay, public_access
 
@@ -157,3 +162,59 @@ async def test_a_deeply_nested_attribute_is_no_match_not_a_500(value: object) ->
     assert (single.json()["value"], single.json()["reason"]) == (False, "DEFAULT")
     items = {item["key"]: item for item in bulk.json()["flags"]}
     assert items["probe"]["reason"] == "DEFAULT"
+
+
+def _probe_answers(body: Any) -> tuple[object, str]:
+    """The ``probe`` flag's value and reason in an OFREP single, OFREP bulk or SDK answer."""
+    if "flags" not in body:
+        return body["value"], body["reason"]
+    if isinstance(body["flags"], list):
+        item = next(f for f in body["flags"] if f["key"] == "probe")
+        return item["value"], item["reason"]
+    return body["flags"]["probe"]["value"], body["flags"]["probe"]["reason"]
+
+
+async def test_a_large_context_evaluates_on_the_worker_whatever_the_environment() -> None:
+    """An environment that does not search evaluated every context on the loop, and ``in`` on a
+    300,000-element array attribute looks each element up (~0.1 s a clause; issue #33). A context
+    past ``INLINE_CONTEXT_BYTES`` evaluates on the worker thread on every evaluation endpoint,
+    with ``in``'s meaning unchanged. Observed: while the worker is held busy the large requests
+    stay unanswered (any number of loop turns; inline they were answered within a few) and a
+    small one on the same environment is answered; freed, each large one gets the rule's
+    variation when the element is there and the default when it is not."""
+    relay = make_relay()
+    state = relay.swap(_one_rule_snapshot(Clause(op="in", attribute="a", values=("needle",))))
+    assert not state.searches
+    paths = [f"{BULK}/probe", BULK, "/sdk/v1/flags"]
+    present = {"context": {"targetingKey": "u", "a": [0] * 299_999 + ["needle"]}}
+    absent = {"context": {"targetingKey": "u", "a": [0] * 300_000}}
+    busy = threading.Event()
+    held = evaluation._executor().submit(busy.wait)
+    try:
+        async with relay.client() as client:
+            large = [
+                asyncio.ensure_future(client.post(path, json=present, headers=auth()))
+                for path in paths
+            ]
+            for _ in range(2_000):
+                await asyncio.sleep(0)
+                if any(task.done() for task in large):
+                    break
+            small = await client.post(
+                f"{BULK}/probe",
+                json={"context": {"targetingKey": "u", "a": ["needle"]}},
+                headers=auth(),
+            )
+            waiting = [task.done() for task in large]
+            busy.set()
+            hits = await asyncio.gather(*large)
+            misses = [await client.post(path, json=absent, headers=auth()) for path in paths]
+    finally:
+        busy.set()
+        held.result()
+    assert waiting == [False, False, False]  # queued behind the busy worker, not on the loop
+    assert _probe_answers(small.json()) == (True, "TARGETING_MATCH")
+    for path, hit, miss in zip(paths, hits, misses, strict=True):
+        assert hit.status_code == 200, (path, hit.text)
+        assert _probe_answers(hit.json())[0] is True, path
+        assert _probe_answers(miss.json())[0] is False, path
