@@ -36,7 +36,7 @@ def test_v1_answers_exactly_as_api_v1(api: Api) -> None:
     assert api.post("/flags", {"key": "shown", "description": "a flag"}).status_code == 201
     assert api.post("/segments", {"key": "beta", "name": "Beta"}).status_code == 201
     etag = api.get("/flags/shown").headers["etag"]
-    for method, path, kwargs in [
+    cases: list[tuple[str, str, dict[str, Any]]] = [
         ("GET", "/flags", {}),
         ("GET", "/flags/shown", {}),
         ("GET", "/flags/shown/", {}),
@@ -59,7 +59,8 @@ def test_v1_answers_exactly_as_api_v1(api: Api) -> None:
         ("POST", "/flags", {"json": {"key": "shown"}}),
         ("PATCH", "/flags/shown", {"json": {"description": 5}}),
         ("PATCH", "/flags/shown", {"json": {"description": "x"}, "headers": {"If-Match": '"9"'}}),
-    ]:
+    ]
+    for method, path, kwargs in cases:
         via_api, via_v1 = twins(api, method, path, **kwargs)
         assert via_v1 == via_api, (method, path, kwargs)
 
