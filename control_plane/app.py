@@ -88,6 +88,17 @@ UNAUTHENTICATED = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema", "^/$", "
 people in with a management key and keeps a session of its own)."""
 
 
+class ApiRouter(Router):
+    """The API's router, made for one app: registering it takes it as it is.
+
+    Litestar deep-copies every router it registers, so that one router may serve several apps;
+    ``create_app`` builds this one for its app alone, and the copy was a quarter of the app's
+    construction."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ApiRouter:
+        return self
+
+
 def configure_logging() -> None:
     """Plain stderr logging, unless the host (a test runner, a server) configured it already."""
     if not logging.getLogger().handlers:
@@ -161,7 +172,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             healthz,
             readyz,
             metrics,
-            Router(path=API_PREFIX, route_handlers=API_CONTROLLERS),
+            ApiRouter(path=API_PREFIX, route_handlers=API_CONTROLLERS),
             console_router(),
         ],
         template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
