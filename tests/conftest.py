@@ -93,6 +93,19 @@ class PostgresDatabases:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+ALONE = ("chaos", "browser")
+"""Marks whose tests run one at a time on one pytest-xdist worker (``make test`` runs
+``--dist loadgroup``): the chaos tests each load a cluster of real processes and measure it, the
+browser tests share one Chromium and write the console's screenshots into ``docs/console``."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = next((name for name in ALONE if item.get_closest_marker(name)), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Processes still running (a module's) stay listed; those of earlier tests are forgotten."""
@@ -207,10 +220,47 @@ class Api:
         return self.request("DELETE", path, **kwargs)
 
 
-@pytest.fixture
-def api(database_url: str) -> Iterator[Api]:
+@contextmanager
+def serve(database_url: str) -> Iterator[Api]:
+    """A control plane on ``database_url``, started, with a client holding its first keys."""
     app = create_app(Settings(database_url=database_url))
     with TestClient(app, raise_server_exceptions=False) as client:
         issued: list[IssuedKey] = app.state.issued_keys
         keys = {key.kind.value: key.token for key in issued}
         yield Api(client=client, keys=keys, database_url=database_url)
+
+
+@pytest.fixture
+def api(database_url: str) -> Iterator[Api]:
+    with serve(database_url) as api:
+        yield api
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def module_database_url(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_databases: PostgresDatabases | None,
+    sqlite_template: Path,
+) -> Iterator[str]:
+    """As ``database_url``, one for a whole test module (see ``refusing_api``)."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("module-db") / "vane.db"
+        shutil.copyfile(sqlite_template, path)
+        yield f"sqlite:///{path}"
+        return
+    with fresh_postgres(postgres_databases) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def refusing_api(module_database_url: str) -> Iterator[Api]:
+    """One control plane for a module's validation tests, on SQLite and on PostgreSQL.
+
+    Only for tests whose every request is one the API refuses (or a read): they neither need a
+    fresh database nor leave anything in it, so they can share one; each still asserts that
+    nothing was stored. A test that writes successfully takes ``api``, an app of its own."""
+    with serve(module_database_url) as api:
+        yield api

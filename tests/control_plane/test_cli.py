@@ -21,6 +21,7 @@ def run(args: list[str], database_url: str, cwd: Path) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.e2e  # runs the vane command as child processes
 def test_db_upgrade_and_keys_create(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     first = run(["db", "upgrade"], url, tmp_path)

@@ -30,10 +30,12 @@ def test_new_environment_starts_with_every_flag_disabled(api: Api) -> None:
 @pytest.mark.parametrize(
     ("body", "status"), [({"key": "QA"}, 422), ({"key": "production"}, 409), ({}, 422)]
 )
-def test_invalid_or_duplicate_environment(api: Api, body: dict[str, str], status: int) -> None:
-    response = api.post("/environments", body)
+def test_invalid_or_duplicate_environment(
+    refusing_api: Api, body: dict[str, str], status: int
+) -> None:
+    response = refusing_api.post("/environments", body)
     assert response.status_code == status, response.text
-    assert api.get("/environments").json()["count"] == 2
+    assert refusing_api.get("/environments").json()["count"] == 2
 
 
 def test_copy_from_copies_every_flags_settings_rules_and_targets(api: Api) -> None:

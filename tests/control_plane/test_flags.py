@@ -141,13 +141,15 @@ def test_boolean_flag_may_send_its_own_variations(api: Api) -> None:
         ),
     ],
 )
-def test_invalid_flag_is_422_naming_the_field(api: Api, body: dict[str, Any], field: str) -> None:
-    response = api.post("/flags", body)
+def test_invalid_flag_is_422_naming_the_field(
+    refusing_api: Api, body: dict[str, Any], field: str
+) -> None:
+    response = refusing_api.post("/flags", body)
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["code"] == "validation_error"
     assert field in fields(response), error
-    assert api.get("/flags").json()["count"] == 0
+    assert refusing_api.get("/flags").json()["count"] == 0
 
 
 def test_malformed_json_is_400(api: Api) -> None:

@@ -77,9 +77,11 @@ def test_revoking_an_unknown_key_is_404(api: Api) -> None:
         ({"kind": "server", "colour": "red"}, "colour"),
     ],
 )
-def test_invalid_key_requests_name_the_field(api: Api, body: dict[str, object], field: str) -> None:
-    before = api.get("/keys").json()
-    response = api.post("/keys", body)
+def test_invalid_key_requests_name_the_field(
+    refusing_api: Api, body: dict[str, object], field: str
+) -> None:
+    before = refusing_api.get("/keys").json()
+    response = refusing_api.post("/keys", body)
     assert response.status_code == 422, response.text
     assert field in [d["field"] for d in response.json()["error"]["details"]]
-    assert api.get("/keys").json() == before
+    assert refusing_api.get("/keys").json() == before

@@ -74,8 +74,8 @@ def test_plan_a_mean_experiment_with_three_variants(api: Api) -> None:
         ({"baselineRate": 0.1, "mde": 0.05, "colour": 1}, "colour"),
     ],
 )
-def test_bad_plans_name_the_field(api: Api, body: dict[str, Any], field: str) -> None:
-    response = api.post("/experiments/power", body)
+def test_bad_plans_name_the_field(refusing_api: Api, body: dict[str, Any], field: str) -> None:
+    response = refusing_api.post("/experiments/power", body)
     assert response.status_code == 422, response.text
     assert field in fields(response)
 

@@ -65,8 +65,10 @@ TOL = 1e-9
         ),
     ],
 )
-def test_invalid_ratio_metrics_name_the_field(api: Api, body: dict[str, Any], field: str) -> None:
-    response = api.post("/metrics", {"name": "Bad", **body})
+def test_invalid_ratio_metrics_name_the_field(
+    refusing_api: Api, body: dict[str, Any], field: str
+) -> None:
+    response = refusing_api.post("/metrics", {"name": "Bad", **body})
     assert response.status_code == 422, response.text
     fields = [d["field"] for d in response.json()["error"]["details"]]
     assert field in fields, fields
