@@ -30,12 +30,14 @@ from control_plane.console.web import (
     CrossSiteRefused,
     SignInRequired,
     Who,
+    api_error_page,
     cross_site_refused,
     page,
     provide_signed,
     secure_headers,
     sign_in_redirect,
 )
+from control_plane.errors import ApiError
 from control_plane.publishing.hub import Connection, Hub
 
 HERE = Path(__file__).parent
@@ -206,6 +208,7 @@ def console_router() -> Router:
         exception_handlers={
             SignInRequired: sign_in_redirect,
             CrossSiteRefused: cross_site_refused,
+            ApiError: api_error_page,
         },
         include_in_schema=False,
     )

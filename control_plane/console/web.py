@@ -20,7 +20,7 @@ from control_plane.auth import REQUEST_SESSION, request_session
 from control_plane.console.sessions import COOKIE, SignedIn, signed_in
 from control_plane.deps import unit_of_work
 from control_plane.domain.common import Scope
-from control_plane.errors import invalid
+from control_plane.errors import ApiError, invalid
 from shared.wire import body
 
 CSP = (
@@ -117,6 +117,16 @@ def cross_site_refused(request: Request[Any, Any, Any], exc: Exception) -> Respo
             },
             status_code=403,
         )
+    )
+
+
+def api_error_page(request: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
+    """An API error no page answered itself, on a console path (the parameter rule's 422 for
+    ``?q=a%00b``, raised before any page runs): the console's error page with the API's status
+    and message, not the API's JSON."""
+    title = "Not accepted" if exc.status == 422 else "Error"
+    return secure_headers(
+        page(request, None, "error.html", status=exc.status, title=title, message=exc.message)
     )
 
 

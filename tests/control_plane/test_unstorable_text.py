@@ -179,6 +179,21 @@ def test_a_console_form_with_a_nul_shows_the_error_beside_the_field(api: Api) ->
     assert create("a%ED%A0%80b").status_code == 303
 
 
+def test_a_console_page_with_a_nul_in_its_query_is_the_console_s_error_page(api: Api) -> None:
+    """The parameter rule's 422 on a console path is a page (the console's own error page, the
+    same message), not the API's JSON; the API's paths keep their JSON."""
+    from tests.control_plane.test_console_http import signed_in
+
+    signed_in(api)
+    for path in ("/console/flags?q=a%00b", "/console/audit?actor=%00", "/console/flags/f%00x"):
+        answer = api.client.get(path, follow_redirects=False)
+        assert answer.status_code == 422, (path, answer.text)
+        assert answer.headers["content-type"].startswith("text/html"), path
+        assert "must not contain NUL" in answer.text, path
+        assert 'role="alert"' in answer.text, path
+    assert api.get("/flags", params={"q": NUL}).headers["content-type"] == "application/json"
+
+
 def test_a_code_reference_line_beyond_the_column_is_422_not_500(api: Api) -> None:
     _setup(api)
     for line in (2**31, 2**63):
