@@ -55,9 +55,9 @@ from control_plane.db.models import Environment
 from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services as flags
+from control_plane.domain.snapshots import compile_environment
 from control_plane.entry.bootstrap import bootstrap
 from control_plane.entry.oneshot import in_project
-from control_plane.publishing.snapshots import compile_environment
 from relay.store import gc_paused
 from shared.engine import compile_snapshot
 from shared.wire import protocol as p
