@@ -11,7 +11,6 @@ for its own process, not the engine's.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import time
 from collections.abc import Callable, Iterator
@@ -148,7 +147,6 @@ class Store:
     _keys: dict[str, Caller] = field(default_factory=dict)
     _listeners: list[Listener] = field(default_factory=list)
     _removal_listeners: list[RemovalListener] = field(default_factory=list)
-    _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
 
     def get(self, environment: str) -> EnvironmentState | None:
         return self.states.get(environment)
@@ -175,8 +173,6 @@ class Store:
         self._rebuild_keys()
         for listener in list(self._listeners):
             listener(state)
-        for event in self._waiters.pop(state.environment, []):
-            event.set()
 
     def remove(self, environment: str) -> bool:
         """Stop serving ``environment``: its keys stop resolving at once, removal listeners (open
@@ -187,8 +183,6 @@ class Store:
         self._rebuild_keys()
         for listener in list(self._removal_listeners):
             listener(environment)
-        for event in self._waiters.pop(environment, []):
-            event.set()
         return True
 
     def _rebuild_keys(self) -> None:
@@ -210,19 +204,6 @@ class Store:
     def listen_removals(self, listener: RemovalListener) -> Callable[[], None]:
         self._removal_listeners.append(listener)
         return lambda: self._removal_listeners.remove(listener)
-
-    async def wait_for_change(self, environment: str, timeout: float) -> bool:  # noqa: ASYNC109
-        """Wait until ``environment`` gets a new state; False on timeout."""
-        event = asyncio.Event()
-        self._waiters.setdefault(environment, []).append(event)
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            waiters = self._waiters.get(environment, [])
-            if event in waiters:
-                waiters.remove(event)
-            return False
-        return True
 
     def note_offered(self, environment: str, version: int) -> None:
         """Upstream announced ``version`` of ``environment`` (served or not)."""

@@ -65,21 +65,6 @@ def units_per_arm(
     return max(2, math.ceil(n)) if math.isfinite(n) and n <= MAX_UNITS else None
 
 
-def achieved_power(
-    variance_control: float,
-    variance_treatment: float,
-    effect: float,
-    n: float,
-    *,
-    alpha: float = 0.05,
-    treatments: int = 1,
-) -> float:
-    """The power of the two-sided test with ``n`` units per arm (the formula above)."""
-    _check(alpha, 0.5, treatments)
-    se = math.sqrt((variance_control + variance_treatment) / n)
-    return float(special.ndtr(abs(effect) / se - _z(1.0 - alpha / (2.0 * treatments))))
-
-
 def minimum_detectable_effect(
     std_error_difference: float,
     *,

@@ -28,10 +28,6 @@ def sync_url(url: str) -> URL:
     return _normalise(url, _SYNC_DRIVERS)
 
 
-def is_sqlite(url: str) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
-
-
 def _configure_sqlite(sync_engine: Engine) -> None:
     """WAL, foreign keys, and BEGIN IMMEDIATE so two writers queue instead of deadlocking."""
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from control_plane.db.engine import make_sync_engine
 
@@ -22,10 +21,6 @@ def _config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     return config
-
-
-def head_revision() -> str | None:
-    return ScriptDirectory.from_config(_config()).get_current_head()
 
 
 def upgrade(database_url: str, revision: str = "head") -> tuple[str | None, str | None]:

@@ -1,9 +1,9 @@
 """Per-environment snapshot feeds and the relays connected to this control-plane replica.
 
 After a commit, ``Hub.apply`` takes what it changed (from the publisher) and, per environment,
-reads only that from the database (``snapshots.compile_change``: the changed flags and segments)
-into the next snapshot and the patch from the previous version, then marks the environment
-pending on every relay connection that reads it. Only when the hub does not hold the version
+reads only that from the database (``domain.snapshots.compile_change``: the changed flags and
+segments) into the next snapshot and the patch from the previous version, then marks the
+environment pending on every relay connection that reads it. Only when the hub does not hold the version
 just before the commit's (it missed a change, or never built the feed) or the change is not one
 of flags, segments, experiments or access, does it compile the whole environment
 (``Hub.refresh``, also what the reconciler uses). The full snapshot frame is encoded only when a
@@ -42,8 +42,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.db.models import ApiKey, Environment
+from control_plane.domain.snapshots import compile_change, compile_environment
 from control_plane.publishing.change import Change, EnvironmentChange
-from control_plane.publishing.snapshots import compile_change, compile_environment
 from shared.engine import CompiledEnvironment, CompileError, compile_patch, compile_snapshot
 from shared.wire import protocol as p
 from shared.wire.snapshot import Snapshot

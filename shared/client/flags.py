@@ -19,7 +19,6 @@ relay's OFREP answer carries it (value, variant, reason, error code, ``{"version
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ from shared.engine import (
     Evaluation,
     compile_patch,
     compile_snapshot,
-    evaluate,
     exposure_unit,
     ofrep_error_code,
     openfeature_reason,
@@ -145,10 +143,6 @@ class FlagSet:
         changed = {key for key, run in compiled.runs.items() if old_runs.get(key) is not run}
         changed.update(key for key in old_runs if key not in compiled.runs)
         return sorted(changed)
-
-
-def evaluate_one(compiled: CompiledEnvironment, key: str, context: Mapping[str, Any]) -> Evaluation:
-    return evaluate(compiled, key, context, time.time_ns() // 1_000_000)
 
 
 def details(evaluation: Evaluation, version: int) -> Details:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from shared.engine.bucketing import experiment_bucket, holdout_bucket, layer_bucket
+from shared.engine.bucketing import choose, experiment_bucket, holdout_bucket, layer_bucket
 from shared.wire.kinds import MULTI, USER, reference_names
 from shared.wire.snapshot import WEIGHT_SCALE, ExperimentSnapshot, HoldoutSnapshot
 
@@ -54,11 +54,7 @@ def thresholds(weights: Sequence[int | None]) -> tuple[int, ...]:
 
 def choose_variant(experiment_key: str, unit: str, bounds: Sequence[int]) -> int:
     """Index of the unit's variant for cumulative ``bounds`` (see ``thresholds``)."""
-    bucket = experiment_bucket(experiment_key, unit)
-    for index, bound in enumerate(bounds):
-        if bucket < bound:
-            return index
-    return len(bounds) - 1
+    return choose(bounds, experiment_bucket(experiment_key, unit))
 
 
 def glob_matches(pattern: str, text: str) -> bool:
@@ -103,13 +99,6 @@ def url_matches(pattern: str, url: str | None) -> bool:
     if "*" in pattern:
         return glob_matches(pattern, target)
     return _norm(target) == _norm(pattern)
-
-
-def variant_of(
-    experiment_key: str, unit: str, variants: Sequence[str], weights: Sequence[int | None]
-) -> str:
-    """The key of ``unit``'s variant among ``variants`` (with their stored ``weights``)."""
-    return variants[choose_variant(experiment_key, unit, thresholds(weights))]
 
 
 def holdout_group(holdout: HoldoutSnapshot, unit: str) -> HoldoutGroup:

@@ -185,15 +185,3 @@ class Snapshot(WireStruct, frozen=True):
     schema_version: int = SCHEMA_VERSION
     generated_at: int = 0  # epoch milliseconds
     experiments: dict[str, ExperimentSnapshot] = {}  # running experiments of the project
-
-
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Snapshot)
-
-
-def encode_snapshot(snapshot: Snapshot) -> bytes:
-    return _encoder.encode(snapshot)
-
-
-def decode_snapshot(data: bytes) -> Snapshot:
-    return _decoder.decode(data)

@@ -12,7 +12,7 @@ version bumps as the API, minus HTTP), before any process starts. Each flag is t
 shape: boolean, enabled, rule ``country in [5 of 10 countries]`` → true, fallthrough 50/50 by key.
 
 Then, in this process: the snapshot as the control plane compiles it (``compile_environment``),
-its msgpack size (``encode_snapshot``, and the ``SnapshotMessage`` frame a relay receives), and
+its msgpack size (``msgspec.msgpack.encode``, and the ``SnapshotMessage`` frame a relay receives), and
 the relay's share of a first sync (msgpack decode, ``shared.engine.compile_snapshot`` with the
 garbage collector paused as the relay pauses it, ``relay.store.gc_paused``). With real
 processes: a relay's start → ``/readyz`` 200 (cold: the control plane builds the feed on that
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -54,13 +55,13 @@ from control_plane.db.models import Environment
 from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services as flags
+from control_plane.domain.snapshots import compile_environment
 from control_plane.entry.bootstrap import bootstrap
 from control_plane.entry.oneshot import in_project
-from control_plane.publishing.snapshots import compile_environment
 from relay.store import gc_paused
 from shared.engine import compile_snapshot
 from shared.wire import protocol as p
-from shared.wire.snapshot import Snapshot, decode_snapshot, encode_snapshot
+from shared.wire.snapshot import Snapshot
 from tests.benchmarks.bench_killswitch import propagation
 from tests.benchmarks.bench_relay_http import workload
 from tests.benchmarks.common import (
@@ -243,9 +244,9 @@ def main() -> None:
         keys, generate_s, cached = prepared_database(tmp_path / "vane.db", FLAGS)
 
         snapshot, db_compile_ms = asyncio.run(snapshot_of(url))
-        encoded = encode_snapshot(snapshot)
+        encoded = msgspec.msgpack.encode(snapshot)
         frame = p.encode(p.SnapshotMessage(snapshot=snapshot, access=p.Access(keys=())))
-        decode_ms = median_ms(partial(decode_snapshot, encoded))
+        decode_ms = median_ms(partial(msgspec.msgpack.Decoder(Snapshot).decode, encoded))
         compile_ms = median_ms(partial(relay_compile, snapshot))
         del snapshot
 
@@ -352,7 +353,7 @@ def main() -> None:
             + ("; a cached copy of that database this run)" if cached else ")"),
         ),
         Row(
-            "full snapshot, msgpack (`encode_snapshot`)",
+            "full snapshot, msgpack (`msgspec.msgpack.encode`)",
             f"{len(encoded):,} B ({len(encoded) / 2**20:.2f} MiB)",
             "",
             f"{len(encoded) / FLAGS:.0f} B/flag",

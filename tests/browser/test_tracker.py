@@ -16,9 +16,9 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from shared.engine.experiments import variant_of
 from tests.browser.conftest import Site
 from tests.e2e.test_relays import eventually
+from tests.variants import variant_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from shared.engine.experiments import variant_of
 from tests.browser.conftest import Site
 from tests.e2e.test_relays import eventually
+from tests.variants import variant_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 

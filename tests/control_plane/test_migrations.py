@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
 from control_plane.db import migrate
@@ -11,13 +13,20 @@ from control_plane.db.engine import sync_url
 from control_plane.db.models import Base
 
 
+def _head() -> str | None:
+    config = Config()
+    config.set_main_option("script_location", str(migrate.MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
 def test_migrations_match_models(database_url: str) -> None:
-    migrate.upgrade(database_url)
+    _, after = migrate.upgrade(database_url)
+    assert after == _head()
     engine = create_engine(sync_url(database_url))
     try:
         with engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"compare_type": True})
             assert compare_metadata(context, Base.metadata) == []
-            assert context.get_current_revision() == migrate.head_revision()
+            assert context.get_current_revision() == _head()
     finally:
         engine.dispose()

@@ -15,9 +15,9 @@ from openfeature import api as openfeature
 from openfeature.contrib.provider.ofrep import OFREPProvider
 from openfeature.evaluation_context import EvaluationContext
 
-from shared.engine.experiments import variant_of
 from tests.e2e.test_relays import eventually, start_control_plane, start_relay
 from tests.e2e.test_untrusted import Site
+from tests.variants import variant_of
 
 pytestmark = pytest.mark.e2e
 

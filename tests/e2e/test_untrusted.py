@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.engine.experiments import variant_of
 from tests.conftest import REDIS_URL, require_redis
 from tests.e2e.test_relays import (
     ControlPlane,
@@ -26,6 +25,7 @@ from tests.e2e.test_relays import (
     start_control_plane,
     start_relay,
 )
+from tests.variants import variant_of
 
 pytestmark = pytest.mark.e2e
 

@@ -11,13 +11,12 @@ from hypothesis import strategies as st
 
 from shared.engine.bucketing import WEIGHT_SCALE, holdout_bucket, layer_bucket
 from shared.engine.experiments import exposure_claim_problem, place
+from shared.wire.protocol import Access, SnapshotMessage, decode_to_relay, encode
 from shared.wire.snapshot import (
     ExperimentSnapshot,
     ExperimentVariant,
     HoldoutSnapshot,
     Snapshot,
-    decode_snapshot,
-    encode_snapshot,
 )
 
 UNITS = [f"user-{i}" for i in range(100_000)]
@@ -119,27 +118,42 @@ def test_holdout_claims_name_the_group() -> None:
     assert unknown == ("props.holdout", "no running holdout 'x'")
 
 
+def _received(frame: bytes) -> Snapshot:
+    """The snapshot a relay reads from a websocket frame."""
+    message = decode_to_relay(frame)
+    assert isinstance(message, SnapshotMessage)
+    return message.snapshot
+
+
 def test_old_snapshots_decode_without_layers_or_holdouts() -> None:
     """A snapshot written before layers (no layer, layerRange or holdouts) still decodes."""
     old_experiment = {"key": "e", "type": "manual", "url": "*", "goal": "buy"}
     old_experiment["variants"] = [{"key": "control"}, {"key": "treatment"}]  # type: ignore[assignment]
     old = {"project": "p", "environment": "e", "version": 1, "flags": {}, "segments": {}}
-    decoded = decode_snapshot(msgspec.msgpack.encode({**old, "experiments": {"e": old_experiment}}))
+    frame = {
+        "type": "snapshot",
+        "snapshot": {**old, "experiments": {"e": old_experiment}},
+        "access": {},
+    }
+    decoded = _received(msgspec.msgpack.encode(frame))
     assert decoded.experiments["e"].layer is None
     assert decoded.experiments["e"].layer_range is None
     assert decoded.experiments["e"].holdouts == ()
     assert place(decoded.experiments["e"], "u").assigned
     with_layer = experiment("e", "l", (0, 10), (HoldoutSnapshot(key="h", share=1),))
     assert (
-        decode_snapshot(
-            encode_snapshot(
-                Snapshot(
-                    project="p",
-                    environment="e",
-                    version=1,
-                    flags={},
-                    segments={},
-                    experiments={"e": with_layer},
+        _received(
+            encode(
+                SnapshotMessage(
+                    snapshot=Snapshot(
+                        project="p",
+                        environment="e",
+                        version=1,
+                        flags={},
+                        segments={},
+                        experiments={"e": with_layer},
+                    ),
+                    access=Access(),
                 )
             )
         ).experiments["e"]

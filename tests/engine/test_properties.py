@@ -21,6 +21,7 @@ from shared.engine import (
     evaluate_all,
 )
 from shared.engine.operators import OPERATORS
+from shared.wire.protocol import Access, SnapshotMessage, decode_to_relay, encode
 from shared.wire.snapshot import (
     Clause,
     ContextKeys,
@@ -34,8 +35,6 @@ from shared.wire.snapshot import (
     Target,
     Variation,
     WeightedVariation,
-    decode_snapshot,
-    encode_snapshot,
 )
 
 from .builders import clause, environment, flag, rule, segment, segment_clause, segment_rule
@@ -453,7 +452,9 @@ def test_snapshot_round_trips_through_msgpack(snapshot: Snapshot, value: Any) ->
             for k, s in snapshot.segments.items()
         },
     )
-    assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+    received = decode_to_relay(encode(SnapshotMessage(snapshot=snapshot, access=Access())))
+    assert isinstance(received, SnapshotMessage)
+    assert received.snapshot == snapshot
     assert msgspec.json.decode(msgspec.json.encode(snapshot), type=Snapshot) == snapshot
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.db.engine import make_async_engine
 from control_plane.db.models import Environment
-from control_plane.publishing.snapshots import compile_environment
+from control_plane.domain.snapshots import compile_environment
 from shared.wire import protocol as p
 from shared.wire import snapshot as w
 from tests.conftest import Api

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.db.engine import make_async_engine
 from control_plane.db.models import Environment, Flag, FlagMetric, FlagSetting
-from control_plane.publishing.snapshots import compile_environment, flag_snapshot
+from control_plane.domain.snapshots import compile_environment, flag_snapshot
 from shared.wire import snapshot as w
 from tests.conftest import Api
 from tests.control_plane.test_flags import MULTI, create

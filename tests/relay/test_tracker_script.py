@@ -9,9 +9,9 @@ import msgspec
 import pytest
 
 from relay.routes.tracker import script_source
-from shared.engine.experiments import variant_of
 from shared.wire.snapshot import ExperimentSnapshot, ExperimentVariant
 from tests.relay.helpers import PUBLIC, SERVER, Relay, build_snapshot, make_relay
+from tests.variants import variant_of
 
 pytestmark = pytest.mark.anyio
 

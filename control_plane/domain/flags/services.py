@@ -37,10 +37,10 @@ from control_plane.domain.rows import (
     touch_all_settings,
     variation_indexes,
 )
+from control_plane.domain.snapshots import compile_environment, flag_snapshot, segments_for
 from control_plane.domain.targeting import validation as targeting
 from control_plane.domain.targeting.schemas import ServeIn, clause_out, serve_out
 from control_plane.errors import conflict, invalid
-from control_plane.publishing.snapshots import compile_environment, flag_snapshot, segments_for
 from shared.engine import (
     CompileError,
     compile_snapshot,

@@ -16,10 +16,10 @@ from control_plane.domain import validation as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.segments import schemas as s
+from control_plane.domain.snapshots import segment_snapshot
 from control_plane.domain.targeting import validation as targeting
 from control_plane.domain.targeting.schemas import clause_out
 from control_plane.errors import conflict, invalid, not_found
-from control_plane.publishing.snapshots import segment_snapshot
 from shared.engine import CompileError, segment_cycle, segments_named, validate_segment
 from shared.wire import snapshot as w
 
