@@ -100,7 +100,10 @@ def sign_in_redirect(request: Request[Any, Any, Any], exc: Exception) -> Respons
         target = request.headers.get("referer") or "/console/"
         target = urlsplit(target).path or "/console/"
     response: Response[Any] = Redirect(f"/console/sign-in?next={quote(target)}", status_code=303)
-    response.delete_cookie(COOKIE, path="/console")
+    if COOKIE in request.cookies:
+        # only a cookie this request carried, and that named no live session: a request without
+        # it (another site's form: the Strict cookie is not sent) must not sign the person out
+        response.delete_cookie(COOKIE, path="/console")
     return secure_headers(response)
 
 
