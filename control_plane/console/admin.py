@@ -44,7 +44,7 @@ def _number(text: str | None) -> float | None:
 
 def _part(form: Any, side: str) -> metric_s.PartAggregation:
     """A ratio's side: ``sum`` of value or ``count`` of events, as the form's select says."""
-    return "count" if form.get(side) == "count" else "sum"
+    return "count" if forms.text(form, side) == "count" else "sum"
 
 
 KINDS = ("management", "server", "relay", "public")
@@ -74,10 +74,10 @@ class SegmentPages(ListPage):
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         body = seg_s.SegmentCreate(
-            key=(form.get("key") or "").strip(),
-            name=(form.get("name") or "").strip() or None,
-            included=_lines(form.get("included")),
-            excluded=_lines(form.get("excluded")),
+            key=forms.text(form, "key").strip(),
+            name=forms.text(form, "name").strip() or None,
+            included=_lines(forms.text(form, "included")),
+            excluded=_lines(forms.text(form, "excluded")),
         )
         return await self.write(
             request,
@@ -123,26 +123,26 @@ class SegmentPages(ListPage):
     ) -> Response[Any]:
         form = await request.form()
         typed = forms.rules_from_form(form)
-        action = form.get("action") or "save"
+        action = forms.text(form, "action") or "save"
         as_typed = {
-            name: form.get(name) or "" for name in ("name", "description", "included", "excluded")
+            name: forms.text(form, name) for name in ("name", "description", "included", "excluded")
         }
         if action != "save":  # an editor button: show the segment as edited, save nothing
             return await self._show(
                 request, who, key, rule_forms=forms.edit_rules(typed, action), typed=as_typed
             )
         body = seg_s.SegmentPatch(
-            name=(form.get("name") or "").strip() or msgspec.UNSET,
-            description=form.get("description") or "",
-            included=_lines(form.get("included")),
-            excluded=_lines(form.get("excluded")),
+            name=forms.text(form, "name").strip() or msgspec.UNSET,
+            description=forms.text(form, "description"),
+            included=_lines(forms.text(form, "included")),
+            excluded=_lines(forms.text(form, "excluded")),
             rules=[forms.segment_rule_in(rule) for rule in typed],
         )
         _, error = await do(
             request,
             who,
             lambda scope: segments.patch_segment(scope, key, body),
-            version=form.get("version"),
+            version=forms.text(form, "version"),
         )
         if error is not None:
             message = (
@@ -184,24 +184,24 @@ class MetricPages(ListPage):
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
-        aggregation = form.get("aggregation") or "conversion"
-        event = (form.get("event") or "").strip()
+        aggregation = forms.text(form, "aggregation") or "conversion"
+        event = forms.text(form, "event").strip()
         numerator = denominator = None
         if aggregation == "ratio":  # the event is the numerator's
             numerator = metric_s.RatioPart(event=event, aggregation=_part(form, "numerator"))
             denominator = metric_s.RatioPart(
-                event=(form.get("denominator_event") or "").strip(),
+                event=forms.text(form, "denominator_event").strip(),
                 aggregation=_part(form, "denominator"),
             )
         body = metric_s.MetricCreate(
-            name=(form.get("name") or "").strip(),
+            name=forms.text(form, "name").strip(),
             event=None if aggregation == "ratio" else event,
             aggregation=aggregation if aggregation in AGGREGATIONS else "conversion",  # type: ignore[arg-type]
-            direction="lower" if form.get("direction") == "lower" else "higher",
-            currency=(form.get("currency") or "").strip() or None,
+            direction="lower" if forms.text(form, "direction") == "lower" else "higher",
+            currency=forms.text(form, "currency").strip() or None,
             numerator=numerator,
             denominator=denominator,
-            quantile=_number(form.get("quantile")) if aggregation == "quantile" else None,
+            quantile=_number(forms.text(form, "quantile")) if aggregation == "quantile" else None,
         )
         return await self.write(
             request,
@@ -229,10 +229,10 @@ class EnvironmentPages(ListPage):
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         body = env_s.EnvironmentCreate(
-            key=(form.get("key") or "").strip(),
-            name=(form.get("name") or "").strip() or None,
-            copy_from=form.get("copyFrom") or None,
-            critical=form.get("critical") == "on",
+            key=forms.text(form, "key").strip(),
+            name=forms.text(form, "name").strip() or None,
+            copy_from=forms.text(form, "copyFrom") or None,
+            critical=forms.text(form, "critical") == "on",
         )
         return await self.write(
             request,
@@ -247,13 +247,13 @@ class EnvironmentPages(ListPage):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
-        body = env_s.EnvironmentPatch(critical=form.get("critical") == "true")
+        body = env_s.EnvironmentPatch(critical=forms.text(form, "critical") == "true")
         return await self.write(
             request,
             who,
             lambda scope: environments.patch_environment(scope, key, body),
             done=lambda _: "/console/environments",
-            version=form.get("version"),
+            version=forms.text(form, "version"),
         )
 
     @post("/{key:str}/delete")
@@ -261,10 +261,10 @@ class EnvironmentPages(ListPage):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
-        if form.get("confirm") != key:
+        if forms.text(form, "confirm") != key:
             message = f"Type the environment's key ({key}) to delete it."
             return await self.listing(request, who, 422, error=message)
-        revoke = keys.revoke_key if form.get("revokeKeys") == "on" else None
+        revoke = keys.revoke_key if forms.text(form, "revokeKeys") == "on" else None
         return await self.write(
             request,
             who,
@@ -297,12 +297,12 @@ class KeyPages(ListPage):
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
-        kind = form.get("kind") or ""
+        kind = forms.text(form, "kind")
         body = key_s.KeyCreate(
             kind=kind if kind in KINDS else "public",  # type: ignore[arg-type]
-            name=(form.get("name") or "").strip(),
-            environment=form.get("environment") or None,
-            origins=_lines(form.get("origins")),
+            name=forms.text(form, "name").strip(),
+            environment=forms.text(form, "environment") or None,
+            origins=_lines(forms.text(form, "origins")),
         )
         # no redirect: the new key's secret is shown on this answer, once
         return await self.write(
@@ -338,9 +338,9 @@ class WebhookPages(ListPage):
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         body = hook_s.WebhookCreate(
-            url=(form.get("url") or "").strip(),
-            events=[e.strip() for e in (form.get("events") or "*").split(",") if e.strip()],
-            description=form.get("description") or "",
+            url=forms.text(form, "url").strip(),
+            events=[e.strip() for e in (forms.text(form, "events") or "*").split(",") if e.strip()],
+            description=forms.text(form, "description"),
         )
         policy = request.app.state.settings.webhook_private
         # no redirect: the signing secret is shown on this answer, once

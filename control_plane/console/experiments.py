@@ -62,7 +62,7 @@ class ExperimentPages(ListPage):
         form = await request.form()
         variants = []
         for i in range(VARIANT_ROWS):
-            values = {f: (form.get(f"variants[{i}].{f}") or "").strip() for f in FIELDS}
+            values = {f: forms.text(form, f"variants[{i}].{f}").strip() for f in FIELDS}
             if not values["key"]:
                 continue
             weight = None
@@ -81,18 +81,18 @@ class ExperimentPages(ListPage):
                     weight=weight,
                 )
             )
-        kind = form.get("type") or "manual"
+        kind = forms.text(form, "type") or "manual"
         body = s.ExperimentCreate(
-            name=(form.get("name") or "").strip(),
-            key=(form.get("key") or "").strip() or None,
+            name=forms.text(form, "name").strip(),
+            key=forms.text(form, "key").strip() or None,
             type=kind if kind in ("element", "cta", "manual") else "manual",  # type: ignore[arg-type]
-            url=(form.get("url") or "*").strip() or "*",
-            selector=(form.get("selector") or "").strip() or None,
-            goal=(form.get("goal") or "").strip() or None,
+            url=(forms.text(form, "url") or "*").strip() or "*",
+            selector=forms.text(form, "selector").strip() or None,
+            goal=forms.text(form, "goal").strip() or None,
             variants=variants or None,
-            activate=form.get("activate") == "on",
-            unit_kind=(form.get("unitKind") or "").strip() or "user",
-            dimensions=forms.names_of(form.get("dimensions") or ""),
+            activate=forms.text(form, "activate") == "on",
+            unit_kind=forms.text(form, "unitKind").strip() or "user",
+            dimensions=forms.names_of(forms.text(form, "dimensions")),
         )
         return await self.write(
             request,
@@ -183,9 +183,9 @@ class ExperimentPages(ListPage):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
-        wanted = form.get("status") or ""
+        wanted = forms.text(form, "status")
         try:
-            async with writing(request, who, version=form.get("version")) as scope:
+            async with writing(request, who, version=forms.text(form, "version")) as scope:
                 await services.set_status(scope, key, s.StatusIn(status=wanted))  # type: ignore[arg-type]
         except ApiError as exc:
             return await self._show(request, who, key, exc.status, error=exc.message)
@@ -198,13 +198,13 @@ class ExperimentPages(ListPage):
         """The "split results by" field: the experiment's dimensions, edited as the API's
         ``PATCH {"dimensions": [...]}`` (checked, versioned and audited by the same service)."""
         form = await request.form()
-        typed = str(form.get("dimensions") or "")
+        typed = forms.text(form, "dimensions")
         body = s.ExperimentPatch(dimensions=forms.names_of(typed))
         _, error = await do(
             request,
             who,
             lambda scope: services.patch_experiment(scope, key, body),
-            version=form.get("version"),
+            version=forms.text(form, "version"),
         )
         if error is not None:
             return await self._show(
@@ -223,8 +223,8 @@ class ExperimentPages(ListPage):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
-        primary = form.get("primary") or None
-        guardrails = [str(v) for v in form.getall("guardrails")] if hasattr(form, "getall") else []
+        primary = forms.text(form, "primary") or None
+        guardrails = forms.texts(form, "guardrails")
         try:
             async with writing(request, who) as scope:
                 await services.set_metrics(

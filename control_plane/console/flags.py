@@ -119,22 +119,22 @@ class FlagPages(Controller):
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
-        flag_type = form.get("type") or "boolean"
+        flag_type = forms.text(form, "type") or "boolean"
         lines = [
-            line.strip() for line in (form.get("variations") or "").splitlines() if line.strip()
+            line.strip() for line in forms.text(form, "variations").splitlines() if line.strip()
         ]
         variations = None
         if flag_type != "boolean" or lines:
             variations = [s.VariationIn(value=_typed(flag_type, line)) for line in lines]
         body = s.FlagCreate(
-            key=(form.get("key") or "").strip(),
-            name=(form.get("name") or "").strip() or None,
-            description=form.get("description") or "",
+            key=forms.text(form, "key").strip(),
+            name=forms.text(form, "name").strip() or None,
+            description=forms.text(form, "description"),
             type=flag_type if flag_type in ("boolean", "string", "number", "json") else "boolean",  # type: ignore[arg-type]
             variations=variations,
-            temporary=form.get("temporary") == "on",
-            tags=[t.strip() for t in (form.get("tags") or "").split(",") if t.strip()],
-            client_side=form.get("clientSide") == "on",
+            temporary=forms.text(form, "temporary") == "on",
+            tags=[t.strip() for t in forms.text(form, "tags").split(",") if t.strip()],
+            client_side=forms.text(form, "clientSide") == "on",
         )
         try:
             async with writing(request, who) as scope:
@@ -177,14 +177,14 @@ class FlagPages(Controller):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
-        enabled = form.get("enabled") == "true"
+        enabled = forms.text(form, "enabled") == "true"
         async with reading(request, who) as scope:
             try:
                 environment = await scope.environment(env)
             except ApiError as exc:
                 return error_page(request, who, exc, key)
         back = back_to(request, f"/console/flags/{key}?env={env}")
-        if environment.critical and form.get("confirm") != "yes":
+        if environment.critical and forms.text(form, "confirm") != "yes":
             return page(
                 request,
                 who,
@@ -193,11 +193,11 @@ class FlagPages(Controller):
                 flag=key,
                 environment=env,
                 enabled=enabled,
-                version=form.get("version") or "",
+                version=forms.text(form, "version"),
                 back=back,
             )
         try:
-            async with writing(request, who, version=form.get("version")) as scope:
+            async with writing(request, who, version=forms.text(form, "version")) as scope:
                 await services.toggle(scope, key, env, enabled)
         except ApiError as exc:
             return await self._failed(request, who, key, env, exc, "toggle")
@@ -213,15 +213,15 @@ class FlagPages(Controller):
             for name, value in form.items()
             if name.startswith("weights[") and name[len("weights[") : -1].isdigit()
         }
-        off = form.get("offVariation") or ""
+        off = forms.text(form, "offVariation")
         body = s.EnvironmentSettingsIn(
             off_variation=int(off) if off.lstrip("-").isdigit() else -1,
             fallthrough=forms.serve_in(
-                form.get("fallthrough") or "", weights, form.get("bucketBy") or ""
+                forms.text(form, "fallthrough"), weights, forms.text(form, "bucketBy")
             ),
         )
         try:
-            async with writing(request, who, version=form.get("version")) as scope:
+            async with writing(request, who, version=forms.text(form, "version")) as scope:
                 await services.put_settings(scope, key, env, body)
         except ApiError as exc:
             return await self._failed(request, who, key, env, exc, "settings", dict(form))
@@ -240,7 +240,7 @@ class FlagPages(Controller):
                 if idx.isdigit() and keys:
                     targets.append(s.TargetIn(variation=int(idx), values=keys))
         try:
-            async with writing(request, who, version=form.get("version")) as scope:
+            async with writing(request, who, version=forms.text(form, "version")) as scope:
                 await services.put_settings(
                     scope, key, env, s.EnvironmentSettingsIn(targets=targets)
                 )
@@ -255,14 +255,14 @@ class FlagPages(Controller):
         form = await request.form()
         wanted = []
         for i in range(PREREQUISITE_ROWS):
-            flag_key = (form.get(f"prerequisites[{i}].key") or "").strip()
-            variation = (form.get(f"prerequisites[{i}].variation") or "").strip()
+            flag_key = forms.text(form, f"prerequisites[{i}].key").strip()
+            variation = forms.text(form, f"prerequisites[{i}].variation").strip()
             if flag_key:
                 number = int(variation) if variation.lstrip("-").isdigit() else -1
                 wanted.append(s.PrerequisiteIn(key=flag_key, variation=number))
         body = s.EnvironmentSettingsIn(prerequisites=wanted)
         try:
-            async with writing(request, who, version=form.get("version")) as scope:
+            async with writing(request, who, version=forms.text(form, "version")) as scope:
                 await services.put_settings(scope, key, env, body)
         except ApiError as exc:
             return await self._failed(request, who, key, env, exc, "prerequisites", dict(form))
@@ -274,15 +274,15 @@ class FlagPages(Controller):
     ) -> Response[Any]:
         form = await request.form()
         typed = forms.rules_from_form(form)
-        action = form.get("action") or "save"
+        action = forms.text(form, "action") or "save"
         if action != "save":  # an editor button: show the rules as edited, save nothing
             async with reading(request, who) as scope:
                 context = await _flag_context(scope, key, env)
             context["rule_forms"] = forms.edit_rules(typed, action)
-            context["rules_version"] = form.get("version") or context["rules_version"]
+            context["rules_version"] = forms.text(form, "version") or context["rules_version"]
             return page(request, who, "flag.html", title=key, **context)
         try:
-            async with writing(request, who, version=form.get("version")) as scope:
+            async with writing(request, who, version=forms.text(form, "version")) as scope:
                 await services.put_rules(
                     scope, key, env, s.RulesIn(rules=[rule.to_api() for rule in typed])
                 )
@@ -295,13 +295,13 @@ class FlagPages(Controller):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
-        at = _instant(form.get("at") or "")
+        at = _instant(forms.text(form, "at"))
         try:
             if at is None:
                 raise ApiError(
                     422, "at: a date and time", details=[FieldError("at", "a date and time (UTC)")]
                 )
-            body = schedules_s.ScheduleIn(at=at, enabled=form.get("enabled") == "true")
+            body = schedules_s.ScheduleIn(at=at, enabled=forms.text(form, "enabled") == "true")
             async with writing(request, who) as scope:
                 await schedules.create(scope, key, env, body)
         except ApiError as exc:
@@ -329,8 +329,8 @@ class FlagPages(Controller):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
     ) -> Template:
         form = await request.form()
-        env = form.get("env") or ""
-        text = form.get("context") or ""
+        env = forms.text(form, "env")
+        text = forms.text(form, "context")
         context_value, problem = forms.context_of(text)
         async with reading(request, who) as scope:
             context = await _flag_context(scope, key, env)
@@ -357,8 +357,8 @@ class FlagPages(Controller):
     ) -> Response[Any]:
         form = await request.form()
         try:
-            async with writing(request, who, version=form.get("version")) as scope:
-                if form.get("restore") == "yes":
+            async with writing(request, who, version=forms.text(form, "version")) as scope:
+                if forms.text(form, "restore") == "yes":
                     await services.restore_flag(scope, key)
                 else:
                     await services.archive_flag(scope, key)

@@ -4,6 +4,11 @@ Form fields are named after the API's own fields (``rules[0].clauses[1].values``
 error's ``field`` names the very input it is about, and the page shows it there. Values a person
 types are read the way the API reads them: one clause value per line, numbers for the number and
 date operators, strings otherwise.
+
+A posted form is read through ``text`` and ``texts`` only: a field a person may leave alone is
+not always sent (a box left unticked never is, nor is a multiple select with nothing chosen, and
+a client that is not a browser may leave out any field), so a field that is absent, or is not
+text (a file), reads as empty, never as an error.
 """
 
 from __future__ import annotations
@@ -12,12 +17,33 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.segments import schemas as seg_s
 from shared.engine.operators import NUMBER_OPS
 from shared.engine.operators import OPERATORS as ENGINE_OPERATORS
+
+
+class Posted(Protocol):
+    """What a posted form offers (Litestar's ``FormMultiDict``): a field's first value, or all."""
+
+    def get(self, key: str, /) -> Any: ...
+
+    def getall(self, key: str, default: list[Any], /) -> list[Any]: ...
+
+
+def text(form: Posted, name: str) -> str:
+    """A field as typed: its first value, or "" when it was not sent or is not text."""
+    value = form.get(name)
+    return value if isinstance(value, str) else ""
+
+
+def texts(form: Posted, name: str) -> list[str]:
+    """Every value of a repeated field (ticked boxes of one name, a multiple select), in order;
+    [] when none was sent."""
+    return [value for value in form.getall(name, []) if isinstance(value, str)]
+
 
 OPERATORS: tuple[str, ...] = tuple(sorted(ENGINE_OPERATORS))  # the engine's, every one of them
 _INDEXED = re.compile(r"^rules\[(\d+)\]\.(.+)$")

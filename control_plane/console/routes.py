@@ -15,6 +15,7 @@ from litestar.static_files import create_static_files_router
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import request_session
+from control_plane.console import forms
 from control_plane.console.admin import (
     AuditPages,
     EnvironmentPages,
@@ -108,14 +109,14 @@ def _sign_in_form(
 @post("/console/sign-in", include_in_schema=False)
 async def sign_in_submit(request: Request[Any, Any, Any]) -> Response[Any]:
     form = await request.form()
-    target = _next(form.get("next"))
-    sent, expected = form.get("_login") or "", request.cookies.get(LOGIN_COOKIE) or ""
+    target = _next(forms.text(form, "next"))
+    sent, expected = forms.text(form, "_login"), request.cookies.get(LOGIN_COOKIE) or ""
     if not expected or not secrets.compare_digest(str(sent), expected):
         message = "This sign-in form expired or came from another site: try again."
         return _sign_in_form(request, 403, message, target)
     sessionmaker: async_sessionmaker[AsyncSession] = request.app.state.sessionmaker
     async with sessionmaker() as session:
-        signed = await sign_in(session, str(form.get("key") or ""))
+        signed = await sign_in(session, forms.text(form, "key"))
     if signed is None:
         return _sign_in_form(
             request, 401, "That is not a live management key (vsk_live_…).", target

@@ -17,6 +17,7 @@ from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import REQUEST_SESSION, request_session
+from control_plane.console import forms
 from control_plane.console.sessions import COOKIE, SignedIn, signed_in
 from control_plane.deps import unit_of_work
 from control_plane.domain.common import Scope
@@ -83,7 +84,7 @@ async def check_same_site(request: Request[Any, Any, Any], who: SignedIn) -> Non
     token = request.headers.get(CSRF_HEADER)
     if token is None:
         form = await request.form()
-        token = form.get(CSRF_FIELD)
+        token = forms.text(form, CSRF_FIELD)
     if not isinstance(token, str) or not secrets.compare_digest(token, who.csrf):
         raise CrossSiteRefused
 
@@ -99,7 +100,10 @@ def sign_in_redirect(request: Request[Any, Any, Any], exc: Exception) -> Respons
         target = request.headers.get("referer") or "/console/"
         target = urlsplit(target).path or "/console/"
     response: Response[Any] = Redirect(f"/console/sign-in?next={quote(target)}", status_code=303)
-    response.delete_cookie(COOKIE, path="/console")
+    if COOKIE in request.cookies:
+        # only a cookie this request carried, and that named no live session: a request without
+        # it (another site's form: the Strict cookie is not sent) must not sign the person out
+        response.delete_cookie(COOKIE, path="/console")
     return secure_headers(response)
 
 

@@ -194,3 +194,56 @@ def test_a_quantile_metric_is_created_from_the_console(api: Api) -> None:
     assert made.status_code in (200, 303), made.text
     assert api.get("/metrics/load-p90").json()["quantile"] == 0.9
     assert "quantile p90" in api.client.get("/console/metrics").text
+
+
+def console_writes(api: Api) -> list[str]:
+    """Every POST the console answers (from the app's routes, so a new one is in), its path
+    parameters filled in."""
+    paths = []
+    for route in api.client.app.routes:
+        if route.path.startswith("/console/") and "POST" in getattr(route, "methods", ()):
+            paths.append(re.sub(r"\{[^}]+\}", "walk", route.path))
+    return sorted(set(paths) - {"/console/sign-in"})
+
+
+def test_a_request_without_the_session_cookie_never_clears_it(api: Api) -> None:
+    """Issue #35: a page of another site that posts a form to the console (the Strict cookie is
+    not sent) is sent to sign in, and the browser keeps its cookie: no Set-Cookie clearing a
+    cookie the request did not carry. The session stays live; nothing was done."""
+    assert api.post("/flags", {"key": "walk"}).status_code == 201
+    _, csrf = signed_in(api)
+    value = api.client.cookies["vane_console"]
+    writes = console_writes(api)
+    assert "/console/sign-out" in writes
+    assert "/console/flags/walk/environments/walk/toggle" in writes
+    cross_site = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+    api.client.cookies.clear()
+    for path in [*writes, "/console/flags", "/console/flags/walk"]:
+        method = "GET" if path in ("/console/flags", "/console/flags/walk") else "POST"
+        data = {"_csrf": csrf, "enabled": "true"} if method == "POST" else None
+        answer = api.client.request(
+            method, path, data=data, headers=cross_site, follow_redirects=False
+        )
+        assert answer.status_code == 303, (path, answer.status_code)
+        assert answer.headers["location"].startswith("/console/sign-in"), path
+        assert "vane_console" not in answer.headers.get("set-cookie", ""), (
+            path,
+            answer.headers["set-cookie"],
+        )
+    api.client.cookies.set("vane_console", value, path="/console")
+    assert api.client.get("/console/flags", follow_redirects=False).status_code == 200
+    assert api.get("/flags/walk").json()["environments"]["staging"]["enabled"] is False
+
+
+def test_a_cookie_received_but_dead_is_cleared_and_sign_out_clears_a_live_one(api: Api) -> None:
+    stale = api.client.get(
+        "/console/flags", headers={"Cookie": "vane_console=not-a-session"}, follow_redirects=False
+    )
+    assert stale.status_code == 303
+    assert re.search(r'vane_console="?"?;', stale.headers["set-cookie"])
+    _, csrf = signed_in(api)
+    out = api.client.post("/console/sign-out", data={"_csrf": csrf}, follow_redirects=False)
+    assert out.status_code == 303
+    assert out.headers["location"] == "/console/sign-in"
+    assert re.search(r'vane_console="?"?;', out.headers["set-cookie"])
+    assert api.client.get("/console/flags", follow_redirects=False).status_code == 303
