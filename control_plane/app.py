@@ -22,6 +22,7 @@ from litestar.types import ASGIApp, ControllerRouterHandler, Method, RouteHandle
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from control_plane.auth import KeyAuthenticationMiddleware
+from control_plane.compression import COMPRESSION, send_streams_as_made
 from control_plane.console.routes import TEMPLATES, console_router
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
@@ -207,6 +208,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             if settings.admin_origins
             else None
         ),
+        compression_config=COMPRESSION,
         exception_handlers=EXCEPTION_HANDLERS,
         after_request=version_etag,
         request_max_body_size=settings.max_body_bytes,
@@ -222,6 +224,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         debug=False,
     )
     document_errors(app)
+    send_streams_as_made(app)
     serve_alias(app)
     return app
 
