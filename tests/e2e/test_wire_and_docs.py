@@ -1,14 +1,16 @@
 """What a browser gets from a control plane on loopback: answers compressed when it asks for gzip
-(the console's pages, its CSS and JS, the API), and streams sent as they are made and never
-compressed."""
+(the console's pages, its CSS and JS, the API), streams sent as they are made and never
+compressed, and the API docs (``/schema/swagger``) with every asset served by the control plane
+itself, so they work offline or behind a firewall."""
 
 from __future__ import annotations
 
 import gzip
 import re
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 import pytest
@@ -107,3 +109,34 @@ def test_streams_are_sent_as_made_and_never_compressed(
         encoding, chunk = first_bytes(client, "/api/v1/snapshot/stream", server)
     assert encoding == ""
     assert b"event: snapshot" in chunk
+
+
+class Assets(HTMLParser):
+    """Every URL a page makes its browser load: scripts, stylesheets, icons, images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        names = {"script": "src", "link": "href", "img": "src"}
+        for name, value in attrs:
+            if tag in names and name == names[tag] and value:
+                self.urls.append(value)
+
+
+@pytest.mark.parametrize("path", ["/schema/swagger", "/schema"])
+def test_the_api_docs_load_nothing_from_another_origin(cp: ControlPlane, path: str) -> None:
+    page = httpx.get(f"{cp.url}{path}", timeout=10)
+    assert page.status_code == 200
+    parser = Assets()
+    parser.feed(page.text)
+    kinds = {".js": "javascript", ".css": "css", ".png": "image/png"}
+    assert {Path(urlsplit(url).path).suffix for url in parser.urls} == set(kinds), parser.urls
+    for url in parser.urls:
+        absolute = urljoin(page.url.__str__(), url)
+        assert urlsplit(absolute).netloc == urlsplit(cp.url).netloc, url  # same origin
+        asset = httpx.get(absolute, timeout=10)
+        assert asset.status_code == 200, url
+        assert kinds[Path(urlsplit(url).path).suffix] in asset.headers["content-type"], url
+    assert "SwaggerUIBundle" in page.text
