@@ -13,11 +13,14 @@ FAST_MARKS := not postgres and not redis and not e2e and not browser and not slo
 
 .PHONY: up test test-fast lint bench chaos clean
 
+# the first run installs for a few minutes: say so, and let pip show what it fetches and builds
 $(STAMP): pyproject.toml
+	@echo "Installing Vane's dependencies into $(VENV) (first run or pyproject.toml changed: a few minutes)…"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -m pip install --progress-bar on -e '.[dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
+	@echo "Installed into $(VENV)."
 
 up: $(STAMP)
 	$(BIN)/vane up

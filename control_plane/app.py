@@ -15,13 +15,14 @@ from litestar.di import Provide
 from litestar.handlers import HTTPRouteHandler
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 from litestar.types import ASGIApp, ControllerRouterHandler, Method, RouteHandlerType
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from control_plane.api_docs import swagger_assets, swagger_plugin
 from control_plane.auth import KeyAuthenticationMiddleware
+from control_plane.compression import COMPRESSION, send_streams_as_made
 from control_plane.console.routes import TEMPLATES, console_router
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
@@ -175,6 +176,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             metrics,
             ApiRouter(path=API_PREFIX, route_handlers=API_CONTROLLERS),
             console_router(),
+            swagger_assets(),
         ],
         template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         state=State(
@@ -207,6 +209,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             if settings.admin_origins
             else None
         ),
+        compression_config=COMPRESSION,
         exception_handlers=EXCEPTION_HANDLERS,
         after_request=version_etag,
         request_max_body_size=settings.max_body_bytes,
@@ -216,12 +219,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
             title="Vane control plane",
             version="1.0.0",
             path="/schema",
-            render_plugins=[SwaggerRenderPlugin()],
+            render_plugins=[swagger_plugin()],
         ),
         logging_config=None,
         debug=False,
     )
     document_errors(app)
+    send_streams_as_made(app)
     serve_alias(app)
     return app
 
@@ -253,8 +257,9 @@ def serve_alias(app: Litestar) -> None:
 
 async def version_etag(response: Response[Any]) -> Response[Any]:
     """Every resource answer that carries its ``version`` also carries it as the ``ETag`` a
-    write sends back in ``If-Match``."""
-    version = getattr(response.content, "version", None)
+    write sends back in ``If-Match``. A file or other ASGI answer (the API docs' assets) has no
+    ``content`` and no version."""
+    version = getattr(getattr(response, "content", None), "version", None)
     if (
         isinstance(version, int)
         and not isinstance(version, bool)

@@ -1,4 +1,5 @@
-"""First start on an empty database: project ``default``, two environments, one key of each kind."""
+"""First start on an empty database: project ``default``, two environments, one key of each kind
+(the server and public keys bound to ``production``, so the README's examples work with them)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ async def bootstrap(sessionmaker: async_sessionmaker[AsyncSession]) -> list[Issu
         issued: list[IssuedKey] = []
         plan: list[tuple[KeyKind, str | None]] = [
             (KeyKind.MANAGEMENT, None),
-            (KeyKind.SERVER, None),
+            (KeyKind.SERVER, "production"),  # a backend's: evaluates flags, not only events
             (KeyKind.RELAY, None),
             (KeyKind.PUBLIC, "production"),
         ]

@@ -26,11 +26,15 @@ from control_plane.auth import find_principal
 from control_plane.db.engine import make_async_engine
 from control_plane.domain.keys import schemas as key_schemas
 from control_plane.domain.keys import services as keys
+from control_plane.domain.keys.schemas import KindName
 from control_plane.entry.bootstrap import IssuedKey
 from control_plane.entry.oneshot import in_project
+from control_plane.errors import ApiError
 
 KEYS_FILE = Path(".vane/first-keys.json")
 LOG_DIR = Path(".vane/logs")
+SERVER_ENVIRONMENT = "production"
+"""The environment of the server key ``vane up`` prints (the README's backend examples)."""
 
 
 def save_keys(issued: list[IssuedKey]) -> None:
@@ -61,18 +65,23 @@ def known_keys(url: str) -> dict[str, dict[str, str | None]]:
     }
 
 
-def ensure_relay_key(url: str, saved: dict[str, dict[str, str | None]]) -> str:
-    if "relay" in saved and saved["relay"]["token"]:
-        return str(saved["relay"]["token"])
+def ensure_key(
+    saved: dict[str, dict[str, str | None]], kind: KindName, environment: str | None
+) -> str:
+    """The kept key of ``kind`` bound to ``environment``, or a new one, kept for the next run (a
+    ``.vane/`` from before the first server key was bound to production gets a bound one)."""
+    info = saved.get(kind)
+    if info and info.get("token") and info.get("environment") == environment:
+        return str(info["token"])
     created = asyncio.run(
         in_project(
             "default",
             lambda scope: keys.create_key(
-                scope, key_schemas.KeyCreate(kind="relay", name="vane up")
+                scope, key_schemas.KeyCreate(kind=kind, name="vane up", environment=environment)
             ),
         )
     )
-    saved["relay"] = {"token": created.key, "environment": None}
+    saved[kind] = {"token": created.key, "environment": environment}
     KEYS_FILE.parent.mkdir(parents=True, exist_ok=True)
     KEYS_FILE.write_text(json.dumps(saved, indent=2))
     KEYS_FILE.chmod(0o600)
@@ -140,7 +149,11 @@ def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
     if issued:
         save_keys(issued)
     saved = known_keys(url)
-    relay_key = ensure_relay_key(url, saved)
+    relay_key = ensure_key(saved, "relay", None)
+    try:
+        ensure_key(saved, "server", SERVER_ENVIRONMENT)
+    except ApiError as exc:  # the project has no production environment any more
+        print(f"note: no server key bound to {SERVER_ENVIRONMENT}: {exc}", file=sys.stderr)
     python = sys.executable
     cp_url = f"http://{args.host}:{args.port}"
     relay_url = f"http://{args.host}:{args.relay_port}"

@@ -9,13 +9,14 @@ runs), with a third environment copied from production through the API. A contro
 as a real process; a client signs in as a person does (the sign-in form, then the session
 cookie) and times ``GET /console/flags`` (the first page of 50 rows, 3 switches each) and a
 search (``?q=``) over loopback: the time to the last byte, which on loopback is the server's time
-plus well under a millisecond. The weight is what a browser downloads for the page, gzipped:
-the HTML, the stylesheet and the script (no other request is made: the CSP allows none).
+plus well under a millisecond. The weight is what a browser downloads for the page (the HTML of
+the first 50 rows, the stylesheet and the script; no other request is made: the CSP allows
+none), as the control plane sends it on the wire to a browser that accepts gzip, beside the same
+bytes uncompressed.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import tempfile
@@ -30,7 +31,7 @@ from tests.processes import VANE, Process, free_port
 
 FLAGS = int(os.environ.get("FLAGS", "10000"))
 SAMPLES = int(os.environ.get("SAMPLES", "60"))
-TARGETS = {"first": 50.0, "search": 100.0, "weight_kb": 60.0}
+TARGETS = {"first": 50.0, "search": 100.0, "weight_kb": 20.0}  # weight: issue #35
 
 
 def timed(client: httpx.Client, url: str) -> float:
@@ -39,6 +40,16 @@ def timed(client: httpx.Client, url: str) -> float:
     elapsed = (time.perf_counter() - started) * 1000
     assert response.status_code == 200, response.status_code
     return elapsed
+
+
+def on_the_wire(client: httpx.Client, path: str) -> tuple[int, int]:
+    """(bytes on the wire to a browser that accepts gzip, bytes uncompressed) of ``path``."""
+    with client.stream("GET", path, headers={"Accept-Encoding": "gzip, deflate, br"}) as answer:
+        assert answer.status_code == 200, answer.status_code
+        wire = sum(len(chunk) for chunk in answer.iter_raw())
+    with client.stream("GET", path, headers={"Accept-Encoding": "identity"}) as answer:
+        plain = sum(len(chunk) for chunk in answer.iter_raw())
+    return wire, plain
 
 
 def main() -> None:
@@ -80,16 +91,19 @@ def main() -> None:
                 search = [
                     timed(client, f"/console/flags?q=flag-0{i % 1000:03d}") for i in range(SAMPLES)
                 ]
-                css = client.get("/console/static/console.css").content
-                script = client.get("/console/static/console.js").content
-                html = page.content
+                sizes = {
+                    name: on_the_wire(client, path)
+                    for name, path in (
+                        ("html", "/console/flags"),
+                        ("css", "/console/static/console.css"),
+                        ("js", "/console/static/console.js"),
+                    )
+                }
         finally:
             process.stop()
-    weights = {
-        name: len(gzip.compress(body)) / 1024
-        for name, body in (("html", html), ("css", css), ("js", script))
-    }
+    weights = {name: wire / 1024 for name, (wire, _) in sizes.items()}
     total = sum(weights.values())
+    plain = sum(size for _, size in sizes.values()) / 1024
     rows = [
         Row("flags list, first page: p50", f"{percentile(first, 50):.1f} ms"),
         Row(
@@ -106,9 +120,10 @@ def main() -> None:
             f"< {TARGETS['search']:.0f} ms",
         ),
         Row(
-            "page weight, gzipped (HTML + CSS + script)",
+            "page weight on the wire, gzip (HTML + CSS + script)",
             f"{total:.1f} KB",
-            f"HTML {weights['html']:.1f}, CSS {weights['css']:.1f}, JS {weights['js']:.1f} KB",
+            f"HTML {weights['html']:.1f}, CSS {weights['css']:.1f}, JS {weights['js']:.1f} KB;"
+            f" {plain:.1f} KB uncompressed",
             f"<= {TARGETS['weight_kb']:.0f} KB",
         ),
     ]

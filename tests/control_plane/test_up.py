@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.test_relays import eventually
 from tests.processes import VANE, Process, free_port, wait_http_ok
 
 pytestmark = pytest.mark.e2e
@@ -87,3 +88,42 @@ def test_vane_up_hides_the_relay_key_and_its_children_die_with_it(tmp_path: Path
         for pid in children:  # only what this test started, if it is still there
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_server_key_vane_up_prints_serves_the_readmes_backend_examples(tmp_path: Path) -> None:
+    """README, Backends: the printed server key is bound to production, so a sidecar relay's OFREP
+    answers it with every flag, and the in-process provider's snapshot feed opens with it."""
+    port, relay_port = free_port(), free_port()
+    env = {"VANE_DATABASE_URL": f"sqlite:///{tmp_path / 'vane.db'}"}
+    up = Process(
+        [*VANE, "up", "--port", str(port), "--relay-port", str(relay_port)], env=env, cwd=tmp_path
+    )
+    try:
+        server = up.wait_for_line(r"^\s+server\s+(ssk_live_\S+)(.*)$", timeout=90)
+        management = up.wait_for_line(r"^\s+management\s+(vsk_live_\S+)").group(1)
+        cp, relay = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{relay_port}"
+        admin = {"Authorization": f"Bearer {management}"}
+        created = httpx.post(
+            f"{cp}/api/v1/flags", json={"key": "pricing", "clientSide": False}, headers=admin
+        )
+        assert created.status_code == 201, created.text
+        backend = {"Authorization": f"Bearer {server.group(1)}"}
+
+        def evaluated() -> httpx.Response:
+            return httpx.post(
+                f"{relay}/ofrep/v1/evaluate/flags",
+                json={"context": {"targetingKey": "acct-1"}},
+                headers=backend,
+                timeout=10,
+            )
+
+        eventually(lambda: "pricing" in evaluated().text, timeout=30, what=lambda: evaluated().text)
+        assert evaluated().status_code == 200
+        assert server.group(2) == " [production]"
+        with httpx.stream(
+            "GET", f"{relay}/api/v1/snapshot/stream", headers=backend, timeout=10
+        ) as feed:
+            assert feed.status_code == 200
+            assert next(feed.iter_lines()) == "event: snapshot"
+    finally:
+        up.stop()

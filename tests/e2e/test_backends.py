@@ -111,14 +111,18 @@ def test_a_server_key_is_never_accepted_from_a_page(site: Backend) -> None:
 
 
 def test_an_unbound_server_key_sends_events_only(site: Backend) -> None:
-    unbound = site.auth("server")
+    created = site.api("POST", "/keys", {"kind": "server"})
+    assert created.status_code == 201, created.text
+    unbound = {"Authorization": f"Bearer {created.json()['key']}"}
     answer = site.relay_post("/ofrep/v1/evaluate/flags", PRO, unbound)
     assert answer.status_code == 403
     assert "--env" in answer.text
     assert site.relay_post("/api/v1/track", {"unit": "u", "event": "e"}, unbound).status_code == 200
     exp = site.api("POST", "/experiments", {"name": "Unbound", "type": "manual", "goal": "g"})
     key = exp.json()["key"]
-    refused = site.api("POST", f"/experiments/{key}/assign", {"unit": "u"}, kind="server")
+    refused = httpx.post(
+        f"{site.cp.url}/api/v1/experiments/{key}/assign", json={"unit": "u"}, headers=unbound
+    )
     assert refused.status_code == 403
 
 

@@ -343,9 +343,17 @@ def test_query_values_beyond_64_bits_are_422_naming_the_parameter(site: Site) ->
 
 def test_relay_keys_by_kind(site: Site) -> None:
     body = {"context": {"targetingKey": "u"}}
-    for kind in ("server", "management", "relay"):
+    unbound = site.api("POST", "/keys", {"kind": "server"}).json()["key"]  # events only
+    for kind in ("management", "relay"):
         answer = httpx.post(f"{site.relay.url}/sdk/v1/flags", json=body, headers=site.auth(kind))
         assert answer.status_code == 403, (kind, answer.text)
+    server = {"Authorization": f"Bearer {unbound}"}
+
+    def evaluated() -> httpx.Response:
+        return httpx.post(f"{site.relay.url}/sdk/v1/flags", json=body, headers=server)
+
+    eventually(lambda: evaluated().status_code != 401, what="the new key reached the relay")
+    assert evaluated().status_code == 403, evaluated().text
     public = httpx.post(
         f"{site.relay.url}/api/v1/track",
         json={"unit": "u", "event": "e"},

@@ -44,6 +44,7 @@ def snapshots(ws: WebSocketTestSession, count: int) -> dict[str, p.SnapshotMessa
 
 def test_full_snapshots_then_patches_in_order(api: Api) -> None:
     create(api, {"key": "kill"})
+    unbound = api.post("/keys", {"kind": "server"}).json()["key"]  # every environment's
     with connect(api) as ws:
         welcome = hello(ws)
         assert welcome.environments == ("production", "staging")
@@ -55,7 +56,10 @@ def test_full_snapshots_then_patches_in_order(api: Api) -> None:
         assert public_hash not in {
             k.hash for k in full["staging"].access.keys
         }  # bound to production
-        assert hash_token(api.keys["server"]) in {k.hash for k in full["staging"].access.keys}
+        server_hash = hash_token(api.keys["server"])  # the first server key: production's too
+        assert server_hash in {k.hash for k in full["production"].access.keys}
+        assert server_hash not in {k.hash for k in full["staging"].access.keys}
+        assert hash_token(unbound) in {k.hash for k in full["staging"].access.keys}
         # every kind's hash, so relays tell a wrong kind (403) from an unknown key (401) and take
         # management keys on event intake; a key itself never travels
         kinds = {k.hash: k.kind for k in full["staging"].access.keys}
