@@ -130,11 +130,13 @@ class SyncClient:
             case p.SnapshotMessage(snapshot=snapshot, access=access):
                 self.store.note_offered(snapshot.environment, snapshot.version)
                 previous = self.store.get(snapshot.environment)
-                if not self._accept(
+                refusing = snapshot.environment in self.store.refusing
+                accepted = self._accept(
                     snapshot.environment,
                     snapshot.version,
                     lambda: EnvironmentState.build(snapshot, access, previous=previous),
-                ):
+                )
+                if refusing != (snapshot.environment in self.store.refusing) or not accepted:
                     await self._report_refusals(socket)
             case p.Patch() as patch:
                 self.store.note_offered(patch.environment, patch.version)
@@ -147,6 +149,7 @@ class SyncClient:
                     await self._resync(socket)
                     return
                 base = current
+                refusing = patch.environment in self.store.refusing
                 if not self._accept(
                     patch.environment,
                     patch.version,
@@ -155,6 +158,8 @@ class SyncClient:
                 ):
                     await self._report_refusals(socket)
                     await self._resync(socket)  # the whole snapshot, not this patch again
+                elif refusing:  # recovered: the control plane hears it now, not a heartbeat later
+                    await self._report_refusals(socket)
             case p.Ping(sent_at=sent_at, environments=committed):
                 await socket.send(p.encode(p.Pong(sent_at=sent_at)))
                 if committed is not None:
@@ -176,8 +181,8 @@ class SyncClient:
         await socket.send(p.encode(p.Hello(relay=self.settings.relay_id, versions=versions)))
 
     async def _report_refusals(self, socket: ClientConnection) -> None:
-        """Tell the control plane at once which versions the relay refuses (every heartbeat
-        says it again)."""
+        """Tell the control plane at once which versions the relay refuses, when that changes (a
+        refusal, a recovery); every heartbeat says it again."""
         await socket.send(p.encode(self._ping()))
 
     def _ping(self) -> p.Ping:

@@ -421,6 +421,8 @@ def test_an_environment_created_while_a_relay_is_connected_reaches_it(site: Site
 
 
 def test_every_write_is_audited_with_its_key_and_listed_project_wide(site: Site) -> None:
+    site.api("POST", "/flags", {"key": "audited-flag"})  # the test's own: under xdist the
+    # module's other tests may run on another worker, with another site
     site.api("POST", "/metrics", {"name": "Audited", "event": "aud", "aggregation": "count"})
     exp = site.experiment({"name": "Audited exp", "type": "manual", "goal": "aud"})
     site.api("POST", f"/experiments/{exp['key']}", {"status": "stopped"})

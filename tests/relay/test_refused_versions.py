@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from pathlib import Path
 
 import msgspec
@@ -95,8 +96,21 @@ class Upstream:
 
     async def _handle(self, socket: ServerConnection) -> None:
         self.socket = socket
-        with contextlib.suppress(ConnectionClosed):
-            await self._serve(socket)
+        beating = asyncio.create_task(self._heartbeat(socket))
+        try:
+            with contextlib.suppress(ConnectionClosed):
+                await self._serve(socket)
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await beating
+
+    async def _heartbeat(self, socket: ServerConnection) -> None:
+        """The control plane's heartbeats: without them the relay takes upstream for gone after
+        three heartbeat periods and reconnects, which is not what these tests are about."""
+        while True:
+            await asyncio.sleep(0.3)
+            await socket.send(p.encode(p.Ping(sent_at=time.time_ns() // 1_000_000)))
 
     async def _serve(self, socket: ServerConnection) -> None:
         async for frame in socket:
