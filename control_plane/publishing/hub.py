@@ -16,7 +16,9 @@ plane's ``/readyz`` and ``/metrics``, an error in the log). An environment whose
 fails for any other reason is reported the same way (``Hub.failing``) until one succeeds; so is
 a snapshot the relays' engine would refuse (a prerequisite or segment cycle the write checks
 missed, data written behind the API): every snapshot is compiled as relays compile it before it
-is published (``compiled_as_relays_would``), and one that does not compile is never sent.
+is published (``compiled_as_relays_would``), and what does not compile is never sent: the
+item it names is left out like one the wire cannot carry (counted in the failures, too), so a
+kill switch of any other flag still goes out at once.
 Deleted environments (``Change.removed``, or found gone by the reconciler) leave every feed and
 connection at once: a relay is sent a new ``Welcome`` without them, a provider's stream ends.
 
@@ -87,7 +89,44 @@ def leave_out_unencodable(
 
 
 class Unpublishable(Exception):
-    """A snapshot the relays' engine would refuse (it does not compile): never published."""
+    """A snapshot the relays' engine would refuse (it does not compile): never published.
+    ``path`` locates what it refuses (``flags.<key>.prerequisites[0]``), as the engine says."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+ITEM_KINDS = ("flags", "segments", "experiments")
+
+
+def item_at(snapshot: Snapshot, path: str) -> tuple[str, str] | None:
+    """The flag, segment or experiment (kind, key) a compile error's ``path`` points into, or
+    None. Keys may hold dots, so the longest key the path starts with wins."""
+    for kind in ITEM_KINDS:
+        rest = path.removeprefix(kind + ".")
+        if rest != path:
+            keys = [
+                key
+                for key in getattr(snapshot, kind)
+                if rest == key or rest.startswith((key + ".", key + "["))
+            ]
+            if keys:
+                return kind, max(keys, key=len)
+    return None
+
+
+def leave_out_item(snapshot: Snapshot, previous: Snapshot | None, kind: str, key: str) -> Snapshot:
+    """``snapshot`` with one item left out: its version in ``previous`` (what relays were last
+    sent) where that differs, else none (a version relays hold that no longer compiles, as one
+    side of a cycle whose other side changed, cannot be kept)."""
+    items: dict[str, Any] = dict(getattr(snapshot, kind))
+    before: dict[str, Any] = getattr(previous, kind) if previous is not None else {}
+    if key in before and before[key] != items[key]:
+        items[key] = before[key]
+    else:
+        del items[key]
+    return msgspec.structs.replace(snapshot, **{kind: items})
 
 
 def compiled_as_relays_would(
@@ -104,7 +143,7 @@ def compiled_as_relays_would(
     except CompileError as exc:
         where = f"{exc.path}: " if exc.path else ""
         message = f"v{snapshot.version} would be refused by relays: {where}{exc.message}"
-        raise Unpublishable(message) from exc
+        raise Unpublishable(message, exc.path) from exc
 
 
 @dataclass
@@ -415,20 +454,36 @@ class Hub:
         self.names[environment_id] = snapshot.environment
         previous = old.snapshot if old is not None else None
         new_access = access if old is None or access != old.access else None
-        try:
-            feed, patch = self._feed(environment_id, project_id, snapshot, access, old, patch)
-        except UNENCODABLE:
-            snapshot, found = leave_out_unencodable(snapshot, previous)
-            self.left_out.setdefault(environment_id, {}).update(found)
-            for item, why in sorted(found.items()):
-                logger.error(
-                    "%s: %s %s; left out of what relays are sent until it is fixed",
-                    snapshot.environment,
-                    item,
-                    why,
-                )
+        found: dict[str, str] = {}  # what this snapshot leaves out, and why
+        for _ in range(sum(len(getattr(snapshot, kind)) for kind in ITEM_KINDS) + 1):
+            try:
+                feed, patch = self._feed(environment_id, project_id, snapshot, access, old, patch)
+                break
+            except UNENCODABLE:
+                snapshot, unencodable = leave_out_unencodable(snapshot, previous)
+                if not unencodable:
+                    raise
+                found.update(unencodable)
+            except Unpublishable as exc:  # what relays would refuse: that item, not the rest
+                item = item_at(snapshot, exc.path)
+                if item is None:
+                    raise
+                snapshot = leave_out_item(snapshot, previous, *item)
+                found[".".join(item)] = str(exc)
             patch = p.diff(previous, snapshot, new_access) if previous is not None else None
-            feed, patch = self._feed(environment_id, project_id, snapshot, access, old, patch)
+        else:  # pragma: no cover - each round leaves one item out, so the items run out first
+            raise Unpublishable(f"{snapshot.environment}: leaving items out did not help")
+        known = self.left_out.setdefault(environment_id, {})
+        if any(name not in known for name in found):  # counted once, not at every reconcile
+            self.count_failure(snapshot.environment)
+        known.update(found)
+        for item_name, why in sorted(found.items()):
+            logger.error(
+                "%s: %s %s; left out of what relays are sent until it is fixed",
+                snapshot.environment,
+                item_name,
+                why,
+            )
         self.names[environment_id] = snapshot.environment
         if old is not None and old.key != snapshot.environment:  # renamed: the old key is gone
             for connection in self.connections:
@@ -442,7 +497,8 @@ class Hub:
                 ("experiments", patch.experiments, patch.removed_experiments),
             ):
                 for key in (*changed, *removed):
-                    left.pop(f"{kind}.{key}", None)
+                    if f"{kind}.{key}" not in found:  # not the ones just left out
+                        left.pop(f"{kind}.{key}", None)
         if not left:
             self.left_out.pop(environment_id, None)
         self.feeds[environment_id] = feed
