@@ -13,13 +13,16 @@ context times the rules' budget. So an evaluation runs on the loop only when bot
   browser contexts are a few hundred bytes and stay inline.
 
 Anything else is evaluated on a worker thread: RE2 searches release the GIL, and a Python pass
-(``contains``, ``in`` over an array) gives it up every switch interval (5 ms), so ``/healthz`` and
-other requests keep being served while it runs. One worker: such evaluations queue behind each
-other rather than take every core."""
+(``contains``, ``in`` over an array) gives it up every switch interval, so ``/healthz`` and
+other requests keep being served while it runs. The interval is ``SWITCH_INTERVAL_S`` once the
+worker exists (Python's 5 ms default made a ``/healthz``, which needs the GIL a few times, wait
+up to 60-80 ms behind one such evaluation). One worker: such evaluations queue behind each other
+rather than take every core."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,12 +34,18 @@ INLINE_CONTEXT_BYTES = 4 * 1024
 """The largest context (its JSON bytes) evaluated on the event loop: at most ~2,000 array
 elements, a fraction of a millisecond a clause."""
 
+SWITCH_INTERVAL_S = 0.001
+"""How often a thread holding the GIL hands it on, once the worker runs: the loop then waits at
+most about this long per step while a worker evaluation runs (with one thread, nothing
+switches, so the relay's usual path pays nothing)."""
+
 _worker: ThreadPoolExecutor | None = None
 
 
 def _executor() -> ThreadPoolExecutor:
     global _worker
     if _worker is None:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vane-search")
     return _worker
 
