@@ -56,6 +56,7 @@ PATCH_HISTORY = 64
 UNENCODABLE = (OverflowError, TypeError, ValueError, msgspec.EncodeError)
 """What msgspec raises for a value the wire cannot carry (an integer past 64 bits, above all)."""
 _item_encoder = msgspec.msgpack.Encoder()
+ITEM_KINDS = ("flags", "segments", "experiments")
 
 
 def leave_out_unencodable(
@@ -66,11 +67,10 @@ def leave_out_unencodable(
     why each was left out (``{"flags.<key>": reason}``). Items shared with ``previous`` were
     encoded before and are not checked again."""
     left_out: dict[str, str] = {}
-    parts: dict[str, Any] = {}
-    for kind in ("flags", "segments", "experiments"):
+    unencodable: list[tuple[str, str]] = []
+    for kind in ITEM_KINDS:
         items: dict[str, Any] = getattr(snapshot, kind)
         before: dict[str, Any] = getattr(previous, kind) if previous is not None else {}
-        kept = dict(items)
         for key, item in items.items():
             if before.get(key) is item:
                 continue
@@ -78,14 +78,10 @@ def leave_out_unencodable(
                 _item_encoder.encode(item)
             except UNENCODABLE as exc:
                 left_out[f"{kind}.{key}"] = f"cannot be encoded for the relays: {exc}"
-                if key in before:
-                    kept[key] = before[key]
-                else:
-                    del kept[key]
-        parts[kind] = kept
-    if not left_out:
-        return snapshot, {}
-    return msgspec.structs.replace(snapshot, **parts), left_out
+                unencodable.append((kind, key))
+    for kind, key in unencodable:  # what relays were sent differs: it was encoded
+        snapshot = leave_out_item(snapshot, previous, kind, key)
+    return snapshot, left_out
 
 
 class Unpublishable(Exception):
@@ -95,9 +91,6 @@ class Unpublishable(Exception):
     def __init__(self, message: str, path: str = "") -> None:
         super().__init__(message)
         self.path = path
-
-
-ITEM_KINDS = ("flags", "segments", "experiments")
 
 
 def item_at(snapshot: Snapshot, path: str) -> tuple[str, str] | None:
