@@ -19,11 +19,12 @@ from litestar.exceptions import WebSocketException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.types import Receive, Scope, Send
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from control_plane.access import Role, at_most
 from control_plane.db.ids import new_id
-from control_plane.db.models import ApiKey
+from control_plane.db.models import ApiKey, Membership, User
 from control_plane.errors import ApiError
 from control_plane.ratelimit import Limiter
 from shared.keys import PREFIXES as SHARED_PREFIXES
@@ -39,18 +40,35 @@ class KeyKind(StrEnum):
 
 
 PREFIXES: dict[KeyKind, str] = {KeyKind(kind): prefix for kind, prefix in SHARED_PREFIXES.items()}
+ACTIVE = "active"
+"""The state of a person who may sign in (the other: ``deactivated``)."""
 _SECRET_ALPHABET = string.ascii_letters + string.digits
 _SECRET_LENGTH = 40
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the key's id, project, kind and (for public and relay keys) environment."""
+    """Who is calling: the key's id, project, kind and (for public and relay keys) environment;
+    for a management key or a person, the role it acts with (``control_plane.access``).
 
-    key_id: str
+    A person acts through a console session (``key_id`` None) or a personal token (both ids);
+    a management key alone is a service account. ``name`` is what the audit shows: the
+    person's email, or the key's name."""
+
+    key_id: str | None
     project_id: str
     kind: KeyKind
     environment_id: str | None
+    role: Role = Role.ADMIN
+    may_turn_off: bool = False
+    user_id: str | None = None
+    name: str = ""
+
+    @property
+    def identity(self) -> str:
+        """One id per person or service account, whichever session, token or key they use
+        (nobody approves their own change request through a second one)."""
+        return f"user:{self.user_id}" if self.user_id else f"key:{self.key_id}"
 
 
 hash_secret = hash_token
@@ -90,18 +108,96 @@ def new_api_key(
 
 
 async def find_principal(session: AsyncSession, token: str) -> Principal | None:
+    """The key's principal, in one indexed query; None if unknown or revoked, or if it is a
+    personal token whose person is deactivated or no longer a member of its project."""
     if kind_of(token) is None:
         return None
+    return await _key_principal(session, ApiKey.secret_hash == hash_secret(token))
+
+
+async def key_principal(session: AsyncSession, key_id: str) -> Principal | None:
+    """A live key's principal by its id (a console session signed in with a key)."""
+    return await _key_principal(session, ApiKey.id == key_id)
+
+
+async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> Principal | None:
     row = (
         await session.execute(
-            select(ApiKey.id, ApiKey.project_id, ApiKey.kind, ApiKey.environment_id).where(
-                ApiKey.secret_hash == hash_secret(token), ApiKey.revoked_at.is_(None)
+            select(
+                ApiKey.id,
+                ApiKey.project_id,
+                ApiKey.kind,
+                ApiKey.environment_id,
+                ApiKey.role,
+                ApiKey.may_turn_off,
+                ApiKey.name,
+                ApiKey.user_id,
+                User.email,
+                User.state,
+                Membership.role.label("member_role"),
+                Membership.may_turn_off.label("member_may_turn_off"),
             )
+            .outerjoin(User, User.id == ApiKey.user_id)
+            .outerjoin(
+                Membership,
+                (Membership.user_id == ApiKey.user_id)
+                & (Membership.project_id == ApiKey.project_id),
+            )
+            .where(which, ApiKey.revoked_at.is_(None))
         )
     ).first()
     if row is None:
         return None
-    return Principal(row.id, row.project_id, KeyKind(row.kind), row.environment_id)
+    kind = KeyKind(row.kind)
+    if row.user_id is None:
+        name = row.name or row.id
+        return Principal(
+            row.id,
+            row.project_id,
+            kind,
+            row.environment_id,
+            role=Role(row.role),
+            may_turn_off=row.may_turn_off,
+            name=f"key {name!r}" if kind is KeyKind.MANAGEMENT else name,
+        )
+    if row.state != ACTIVE or row.member_role is None:
+        return None  # the person was deactivated, or left the project: their tokens stop
+    return Principal(
+        row.id,
+        row.project_id,
+        kind,
+        None,
+        role=at_most(Role(row.role), Role(row.member_role)),
+        may_turn_off=row.member_may_turn_off,  # the person's grant, as it stands now
+        user_id=row.user_id,
+        name=row.email,
+    )
+
+
+async def person_principal(
+    session: AsyncSession, user_id: str, project_id: str
+) -> Principal | None:
+    """A person acting in a project (their console session): None if they are deactivated or
+    not a member of it. Checked on every request, as a key is."""
+    row = (
+        await session.execute(
+            select(User.email, Membership.role, Membership.may_turn_off)
+            .join(Membership, Membership.user_id == User.id)
+            .where(User.id == user_id, User.state == ACTIVE, Membership.project_id == project_id)
+        )
+    ).first()
+    if row is None:
+        return None
+    return Principal(
+        None,
+        project_id,
+        KeyKind.MANAGEMENT,
+        None,
+        role=Role(row.role),
+        may_turn_off=row.may_turn_off,
+        user_id=user_id,
+        name=row.email,
+    )
 
 
 def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
@@ -170,7 +266,7 @@ class KeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):
             raise refuse(connection, 403, SERVER_KEY_FROM_PAGE)
         limiter: Limiter | None = connection.app.state.get("limiter")
         if limiter is not None and principal.kind is not KeyKind.RELAY:
-            wait = await limiter.retry_after(principal.key_id)
+            wait = await limiter.retry_after(principal.key_id or principal.identity)
             if wait:
                 raise ApiError(
                     429,

@@ -37,7 +37,8 @@ logger = logging.getLogger("vane.errors")
 _WHEN = {
     400: "The body is not JSON (empty, malformed, not UTF-8 or nested too deeply)",
     401: "No API key, or an unknown or revoked one",
-    403: "A key of the wrong kind for this endpoint",
+    403: "A key of the wrong kind for this endpoint, or a role without the permission the "
+    "operation needs (the detail `permission` names it)",
     404: "No such resource",
     409: "Conflicts with the current state (a duplicate key, a forbidden transition, ...)",
     412: "If-Match names a version that is no longer current (the answer carries the current "
@@ -78,6 +79,11 @@ class ApiError(Exception):
 
 def not_found(what: str, key: str) -> ApiError:
     return ApiError(404, f"{what} {key!r} not found")
+
+
+def forbidden(message: str, *, permission: str) -> ApiError:
+    """403: the caller's role lacks ``permission`` (named in a detail a client can read)."""
+    return ApiError(403, message, details=[FieldError("permission", permission)])
 
 
 def conflict(message: str) -> ApiError:

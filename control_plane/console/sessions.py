@@ -1,8 +1,11 @@
 """Console sign-in: a session stored on the server, keyed by the SHA-256 of an opaque cookie.
 
 The cookie is ``HttpOnly; SameSite=Strict; Path=/console`` (``Secure`` behind HTTPS). A session
-ends at sign-out, after ``idle`` without a request, or at the first request after its management
-key is revoked: the key is checked on every request, as the API checks a bearer key.
+belongs to a person in one project (signed in with a password or through the identity
+provider), or to a management key (a service account). It ends at sign-out, after ``idle``
+without a request, at "sign out everywhere", or at the first request after its person is
+deactivated or leaves the project, or its key is revoked: who it belongs to is checked on every
+request, as the API checks a bearer key.
 """
 
 from __future__ import annotations
@@ -14,8 +17,14 @@ from datetime import timedelta
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from control_plane.auth import KeyKind, Principal, find_principal
-from control_plane.db.models import ApiKey, ConsoleSession
+from control_plane.auth import (
+    KeyKind,
+    Principal,
+    find_principal,
+    key_principal,
+    person_principal,
+)
+from control_plane.db.models import ConsoleSession
 from control_plane.db.types import utcnow
 from shared.keys import hash_token
 
@@ -25,7 +34,7 @@ TOUCH_EVERY = timedelta(seconds=60)  # seen_at is written at most this often per
 
 @dataclass(frozen=True, slots=True)
 class SignedIn:
-    """The person behind a console request: the key they signed in with, and their CSRF token."""
+    """The person (or key) behind a console request, and their CSRF token."""
 
     principal: Principal
     csrf: str
@@ -37,9 +46,19 @@ async def sign_in(session: AsyncSession, token: str) -> tuple[str, SignedIn] | N
     principal = await find_principal(session, token.strip())
     if principal is None or principal.kind is not KeyKind.MANAGEMENT:
         return None
+    return await open_session(session, principal)
+
+
+async def open_session(session: AsyncSession, principal: Principal) -> tuple[str, SignedIn]:
+    """A new console session for ``principal`` (a person, or a management key): the cookie's
+    value (never stored) and who it is."""
     cookie = secrets.token_urlsafe(32)
     row = ConsoleSession(
-        id=hash_token(cookie), key_id=principal.key_id, csrf=secrets.token_urlsafe(32)
+        id=hash_token(cookie),
+        key_id=None if principal.user_id else principal.key_id,
+        user_id=principal.user_id,
+        project_id=principal.project_id,
+        csrf=secrets.token_urlsafe(32),
     )
     session.add(row)
     await session.commit()
@@ -47,35 +66,41 @@ async def sign_in(session: AsyncSession, token: str) -> tuple[str, SignedIn] | N
 
 
 async def signed_in(session: AsyncSession, cookie: str, idle: timedelta) -> SignedIn | None:
-    """Who holds ``cookie``, if its session is live and its key is not revoked."""
+    """Who holds ``cookie``, if its session is live and its person or key still may."""
     now = utcnow()
-    row = (
-        await session.execute(
-            select(ConsoleSession, ApiKey.project_id, ApiKey.environment_id)
-            .join(ApiKey, ApiKey.id == ConsoleSession.key_id)
-            .where(
-                ConsoleSession.id == hash_token(cookie),
-                ApiKey.revoked_at.is_(None),
-                ApiKey.kind == KeyKind.MANAGEMENT.value,
-            )
-        )
-    ).first()
-    if row is None:
+    console = await session.scalar(
+        select(ConsoleSession).where(ConsoleSession.id == hash_token(cookie))
+    )
+    if console is None:
         return None
-    console, project_id, environment_id = row
     if console.seen_at + idle < now:
         await session.execute(delete(ConsoleSession).where(ConsoleSession.id == console.id))
         await session.commit()
+        return None
+    principal: Principal | None = None
+    if console.user_id is not None and console.project_id is not None:
+        principal = await person_principal(session, console.user_id, console.project_id)
+    elif console.key_id is not None:
+        principal = await key_principal(session, console.key_id)
+        if principal is not None and principal.kind is not KeyKind.MANAGEMENT:
+            principal = None
+    if principal is None:
         return None
     if console.seen_at + TOUCH_EVERY < now:
         await session.execute(
             update(ConsoleSession).where(ConsoleSession.id == console.id).values(seen_at=now)
         )
         await session.commit()
-    principal = Principal(console.key_id, project_id, KeyKind.MANAGEMENT, environment_id)
     return SignedIn(principal, console.csrf, console.id)
 
 
 async def sign_out(session: AsyncSession, cookie: str) -> None:
     await session.execute(delete(ConsoleSession).where(ConsoleSession.id == hash_token(cookie)))
     await session.commit()
+
+
+async def sign_out_everywhere(session: AsyncSession, user_id: str) -> int:
+    """End every console session of a person; how many there were."""
+    ended = await session.execute(delete(ConsoleSession).where(ConsoleSession.user_id == user_id))
+    await session.commit()
+    return int(ended.rowcount)  # type: ignore[attr-defined]

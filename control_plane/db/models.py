@@ -77,6 +77,8 @@ class Environment(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # turning a flag on or off here asks for confirmation in the console
     critical: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # approvals a change to what this environment serves needs (0: none, changes apply at once)
+    required_approvals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ApiKey(Base):
@@ -96,15 +98,94 @@ class ApiKey(Base):
     private_attributes: Mapped[list[str]] = mapped_column(Json, default=list, server_default="[]")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # a management key's role (control_plane.access), as a service account's; a personal
+    # token's is its person's or less
+    role: Mapped[str] = mapped_column(String(16), default="admin", server_default="admin")
+    may_turn_off: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # a personal token: it acts as this person, while they are active
+    user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+
+
+class User(Base):
+    """A person: signs in with a password, or through the identity provider (``sso_subject``).
+    Deactivated, they keep their history and lose their sessions and tokens."""
+
+    __tablename__ = "users"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    email: Mapped[str] = mapped_column(String(320), unique=True)  # lowercased
+    name: Mapped[str] = mapped_column(String(200), default="")
+    state: Mapped[str] = mapped_column(String(16), default="active")  # active | deactivated
+    password_hash: Mapped[str | None] = mapped_column(String(200), nullable=True)  # argon2id
+    must_change_password: Mapped[bool] = mapped_column(Boolean, default=False)
+    sso_subject: Mapped[str | None] = mapped_column(String(255), nullable=True, unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    deactivated_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class Membership(Base):
+    """A person's role in a project, and whether they may turn flags off there at once."""
+
+    __tablename__ = "memberships"
+    __table_args__ = (PrimaryKeyConstraint("project_id", "user_id"),)
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    may_turn_off: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Invitation(Base):
+    """An invitation to a project: a single-use link that expires; only its token's hash kept.
+    A sign-in link for an existing person (``user_id``) is one too: it sets their password."""
+
+    __tablename__ = "invitations"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    email: Mapped[str] = mapped_column(String(320))
+    role: Mapped[str] = mapped_column(String(16))
+    user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), nullable=True
+    )
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    invited_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class SignInFailure(Base):
+    """A failed password sign-in (never the password): what throttling counts, per account and
+    per client address, on every replica."""
+
+    __tablename__ = "sign_in_failures"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    email: Mapped[str] = mapped_column(String(320), index=True)
+    address: Mapped[str] = mapped_column(String(64), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
 
 
 class ConsoleSession(Base):
-    """A browser signed in to the console with a management key (the cookie is never stored)."""
+    """A browser signed in to the console, as a person in one of their projects or with a
+    management key (the cookie is never stored)."""
 
     __tablename__ = "console_sessions"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the cookie
-    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    key_id: Mapped[str | None] = mapped_column(
+        ForeignKey("api_keys.id", ondelete="CASCADE"), index=True, nullable=True
+    )
+    user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True, nullable=True
+    )
+    project_id: Mapped[str | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), nullable=True
+    )
     csrf: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -202,7 +283,8 @@ class AuditEntry(Base):
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
     at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     actor_key_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
-    actor: Mapped[str] = mapped_column(String(200), default="")
+    actor_user_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    actor: Mapped[str] = mapped_column(String(200), default="")  # the person's email, or the key
     action: Mapped[str] = mapped_column(String(64))
     resource_type: Mapped[str] = mapped_column(String(32))
     resource_key: Mapped[str] = mapped_column(String(128))

@@ -12,26 +12,40 @@ from sqlalchemy import ColumnElement, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
+from control_plane.access import Permission, Role, holds, lacking
 from control_plane.auth import Principal
 from control_plane.db.ids import new_id
 from control_plane.db.models import AuditEntry, Base, Environment
-from control_plane.errors import not_found, stale_version
+from control_plane.errors import forbidden, not_found, stale_version
 from control_plane.publishing.change import Change, Reason
 
 
 @dataclass(frozen=True, slots=True)
 class Actor:
-    """Who made a change: an API key, or the CLI (``key_id`` None)."""
+    """Who makes a change, and with what role: a person (their email is the ``label``), a key
+    as a service account (its name), the CLI or the schedule runner (the system: an admin)."""
 
     key_id: str | None
     label: str
+    user_id: str | None = None
+    role: Role = Role.ADMIN
+    may_turn_off: bool = False
+    identity: str = ""  # Principal.identity: one per person or service account
 
     @classmethod
     def of(cls, principal: Principal) -> Actor:
-        return cls(principal.key_id, f"{principal.kind.value} key {principal.key_id}")
+        label = principal.name or f"{principal.kind.value} key {principal.key_id}"
+        return cls(
+            principal.key_id,
+            label[:200],
+            principal.user_id,
+            principal.role,
+            principal.may_turn_off,
+            principal.identity,
+        )
 
 
-CLI_ACTOR = Actor(None, "cli")
+CLI_ACTOR = Actor(None, "cli", identity="cli")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +74,9 @@ class Scope:
     # events or exposures were written or deleted: the ingest generation moves on after the
     # commit (see control_plane.db.ingest), so that results cached by it are computed afresh
     events_written: bool = field(default=False, init=False)
+    # the permissions this unit of work was found to hold (``require``); an audited change
+    # must have asked for one (``audit``)
+    held: set[Permission] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         self.change = Change(self.project_id)
@@ -91,6 +108,18 @@ class Scope:
             current = int(await self.session.scalar(select(version).where(*where)) or current)
         raise stale_version(current)
 
+    def require(self, permission: Permission) -> None:
+        """Go on only if the actor holds ``permission`` (``control_plane.access``), else 403
+        naming it. Every service that changes anything asks first: the API, the console, the
+        CLI and the schedule runner all reach the same rule here."""
+        if not holds(self.actor.role, self.actor.may_turn_off, permission):
+            raise forbidden(lacking(self.actor.role, permission), permission=permission.value)
+        self.held.add(permission)
+
+    def holds(self, permission: Permission) -> bool:
+        """Whether the actor holds ``permission`` (to choose a path, not to refuse one)."""
+        return holds(self.actor.role, self.actor.may_turn_off, permission)
+
     def audit(
         self,
         action: str,
@@ -102,11 +131,17 @@ class Scope:
         environment: str | None = None,
     ) -> None:
         """Record the change, and tell the hooks (same transaction): the outbox makes it a
-        webhook event."""
+        webhook event. A change is made only by who may make it: a service that audits without
+        having asked ``require`` is a defect, refused here rather than written."""
+        if not self.held - {Permission.READ}:
+            raise RuntimeError(
+                f"{action} was about to be written without a permission check (Scope.require)"
+            )
         entry = AuditEntry(
             id=new_id("aud"),
             project_id=self.project_id,
             actor_key_id=self.actor.key_id,
+            actor_user_id=self.actor.user_id,
             actor=self.actor.label,
             action=action,
             resource_type=resource_type,

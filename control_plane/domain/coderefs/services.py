@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import delete, exists, select
 
+from control_plane.access import Permission
 from control_plane.db.models import CodeReference, Flag
 from control_plane.db.types import utcnow
 from control_plane.domain.coderefs import schemas as s
@@ -17,6 +18,7 @@ MAX_LINE = 2**31 - 1  # an INTEGER column: PostgreSQL refuses more (500), SQLite
 
 
 async def upload(scope: Scope, body: s.CodeRefUpload) -> s.UploadResult:
+    scope.require(Permission.EDIT)
     problems = Problems()
     if not body.repository.strip() or len(body.repository) > 300:
         problems.add("repository", "1 to 300 characters")

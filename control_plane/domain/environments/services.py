@@ -9,6 +9,7 @@ import msgspec
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
+from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import ApiKey, Environment, Flag, FlagSetting
 from control_plane.db.types import utcnow
@@ -55,6 +56,7 @@ async def list_environments(scope: Scope, *, limit: int, cursor: str | None) -> 
 
 
 async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Environment:
+    scope.require(Permission.ADMIN)
     problems = v.Problems()
     v.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key.title()
@@ -147,6 +149,7 @@ async def _expect(scope: Scope, env: Environment) -> None:
 
 
 async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) -> s.Environment:
+    scope.require(Permission.ADMIN)
     env = await scope.environment(key)
     await _expect(scope, env)
     problems = v.Problems()
@@ -191,6 +194,7 @@ async def delete_environment(
     """Delete an environment and its flag settings: 409 while live keys are bound to it, unless
     given ``revoke`` (each is revoked with it, then removed with it), and for the project's last
     one."""
+    scope.require(Permission.ADMIN)
     env = await scope.environment(key)
     await _expect(scope, env)
     bound = list(

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 from sqlalchemy import delete, func, or_, select
 
+from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Metric, SequentialLook
 from control_plane.db.types import utcnow
@@ -241,6 +242,7 @@ def _check_url(problems: v.Problems, url: str) -> None:
 
 
 async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experiment:
+    scope.require(Permission.EDIT)
     problems = v.Problems()
     v.check_name(problems, "name", body.name)
     if body.key is not None:
@@ -357,6 +359,7 @@ def _patch_problems(row: Experiment, body: s.ExperimentPatch) -> v.Problems:
 
 
 async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch) -> s.Experiment:
+    scope.require(Permission.EDIT)
     row = await find(scope, id_or_key)
     await expect_current(scope, row)
     problems = _patch_problems(row, body)
@@ -450,6 +453,7 @@ def _edited_variants(
 
 async def delete_experiment(scope: Scope, id_or_key: str) -> s.ExperimentDeleted:
     """Delete a draft or stopped experiment with its exposures; a running one is 409."""
+    scope.require(Permission.EDIT)
     row = await find(scope, id_or_key)
     await expect_current(scope, row)
     if row.status == "running":
@@ -471,6 +475,7 @@ async def delete_experiment(scope: Scope, id_or_key: str) -> s.ExperimentDeleted
 
 
 async def set_status(scope: Scope, id_or_key: str, body: s.StatusIn) -> s.Experiment:
+    scope.require(Permission.EDIT)
     row = await find(scope, id_or_key)
     await expect_current(scope, row)
     if body.status is msgspec.UNSET:
@@ -562,6 +567,7 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
 
 
 async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.MetricsSetting:
+    scope.require(Permission.EDIT)
     row = await find(scope, id_or_key)
     await expect_current(scope, row)
     if body.primary is msgspec.UNSET and body.guardrails is msgspec.UNSET:

@@ -13,6 +13,7 @@ import msgspec
 from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
+from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import (
     CodeReference,
@@ -281,6 +282,7 @@ async def preview(scope: Scope, key: str, env_key: str, context: dict[str, Any])
 
 
 async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
+    scope.require(Permission.EDIT)
     problems = base.Problems()
     base.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key
@@ -340,6 +342,7 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
 
 
 async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
+    scope.require(Permission.EDIT)
     flag = await find_flag(scope, key)
     await _expect_flag(scope, flag)
     before = await get_flag(scope, key)
@@ -462,6 +465,7 @@ async def _edited_variations(
 
 async def delete_flag(scope: Scope, key: str) -> s.FlagDeleted:
     """Delete an archived flag for good (its settings, attached metrics and exposures too)."""
+    scope.require(Permission.EDIT)
     flag = await find_flag(scope, key)
     await _expect_flag(scope, flag)
     if not flag.archived:
@@ -508,6 +512,7 @@ async def _dependents(scope: Scope, flag_key: str) -> list[tuple[str, str]]:
 
 
 async def archive_flag(scope: Scope, key: str) -> s.Flag:
+    scope.require(Permission.EDIT)
     flag = await find_flag(scope, key)
     await _expect_flag(scope, flag)
     if flag.archived:
@@ -528,6 +533,7 @@ async def archive_flag(scope: Scope, key: str) -> s.Flag:
 
 
 async def restore_flag(scope: Scope, key: str) -> s.Flag:
+    scope.require(Permission.EDIT)
     flag = await find_flag(scope, key)
     await _expect_flag(scope, flag)
     if not flag.archived:
@@ -615,6 +621,7 @@ async def _prerequisite_cycle(
 async def put_settings(
     scope: Scope, key: str, env_key: str, body: s.EnvironmentSettingsIn
 ) -> s.EnvironmentSettings:
+    scope.require(Permission.EDIT)
     flag, env, setting = await flag_setting(scope, key, env_key)
     refuse_archived(flag)
     await _expect_setting(scope, setting)
@@ -654,6 +661,7 @@ async def put_settings(
 
 
 async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggled:
+    scope.require(Permission.EDIT)
     flag, env, setting = await flag_setting(scope, key, env_key)
     refuse_archived(flag)
     await _expect_setting(scope, setting)
@@ -674,6 +682,7 @@ async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggl
 
 
 async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.Rules:
+    scope.require(Permission.EDIT)
     flag, env, setting = await flag_setting(scope, key, env_key)
     refuse_archived(flag)
     await _expect_setting(scope, setting)

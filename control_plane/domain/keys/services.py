@@ -6,6 +6,7 @@ import re
 
 from sqlalchemy import select
 
+from control_plane.access import Permission
 from control_plane.auth import KeyKind, new_api_key
 from control_plane.db.models import ApiKey, Environment
 from control_plane.db.types import utcnow
@@ -35,6 +36,7 @@ def key_out(row: ApiKey, env_key: str | None) -> s.Key:
 
 
 async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
+    scope.require(Permission.ADMIN)
     kind = KeyKind(body.kind)
     problems = Problems()
     env = None
@@ -133,6 +135,7 @@ async def list_keys(
 
 
 async def revoke_key(scope: Scope, key_id: str) -> s.Key:
+    scope.require(Permission.ADMIN)
     row = await scope.session.scalar(
         select(ApiKey).where(ApiKey.project_id == scope.project_id, ApiKey.id == key_id)
     )

@@ -13,6 +13,7 @@ import msgspec
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
+from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Holdout, Layer, Metric
 from control_plane.db.types import utcnow
@@ -90,6 +91,7 @@ def _check_description(problems: v.Problems, description: str) -> None:
 
 
 async def create_layer(scope: Scope, body: s.LayerCreate) -> s.Layer:
+    scope.require(Permission.EDIT)
     problems = v.Problems()
     v.check_name(problems, "name", body.name)
     if body.key is not None:
@@ -119,6 +121,7 @@ async def create_layer(scope: Scope, body: s.LayerCreate) -> s.Layer:
 
 
 async def update_layer(scope: Scope, id_or_key: str, body: s.LayerPatch) -> s.Layer:
+    scope.require(Permission.EDIT)
     row = await find_layer(scope, id_or_key)
     await scope.expect_version(Layer, Layer.version, row.version, Layer.id == row.id)
     problems = v.Problems()
@@ -144,6 +147,7 @@ async def update_layer(scope: Scope, id_or_key: str, body: s.LayerPatch) -> s.La
 
 async def delete_layer(scope: Scope, id_or_key: str) -> s.Deleted:
     """Delete a layer no experiment or holdout names (409 naming them otherwise)."""
+    scope.require(Permission.EDIT)
     row = await find_layer(scope, id_or_key)
     await scope.expect_version(Layer, Layer.version, row.version, Layer.id == row.id)
     experiments = list(
@@ -267,6 +271,7 @@ async def _publish(scope: Scope) -> None:
 
 
 async def create_holdout(scope: Scope, body: s.HoldoutCreate) -> s.Holdout:
+    scope.require(Permission.EDIT)
     problems = v.Problems()
     v.check_name(problems, "name", body.name)
     if body.key is not None:
@@ -313,6 +318,7 @@ async def create_holdout(scope: Scope, body: s.HoldoutCreate) -> s.Holdout:
 
 
 async def update_holdout(scope: Scope, id_or_key: str, body: s.HoldoutPatch) -> s.Holdout:
+    scope.require(Permission.EDIT)
     row = await find_holdout(scope, id_or_key)
     await scope.expect_version(Holdout, Holdout.version, row.version, Holdout.id == row.id)
     problems = v.Problems()
@@ -355,6 +361,7 @@ async def update_holdout(scope: Scope, id_or_key: str, body: s.HoldoutPatch) -> 
 
 async def delete_holdout(scope: Scope, id_or_key: str) -> s.Deleted:
     """Delete a stopped holdout and its exposures; a running one is 409."""
+    scope.require(Permission.EDIT)
     row = await find_holdout(scope, id_or_key)
     await scope.expect_version(Holdout, Holdout.version, row.version, Holdout.id == row.id)
     if row.status == "running":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import delete, select
 
+from control_plane.access import Permission
 from control_plane.db.models import FlagMetric, Metric
 from control_plane.domain.common import Scope
 from control_plane.domain.metrics.schemas import FlagMetrics, FlagMetricsIn
@@ -31,6 +32,7 @@ async def flag_metric_keys(scope: Scope, key: str) -> list[str]:
 
 async def set_flag_metrics(scope: Scope, key: str, body: FlagMetricsIn) -> FlagMetrics:
     """Attach metrics to a flag (replacing the set); relays then report its exposures."""
+    scope.require(Permission.EDIT)
     flag = await find_flag(scope, key)
     problems = Problems()
     metrics: list[Metric] = []

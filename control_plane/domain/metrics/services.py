@@ -6,6 +6,7 @@ import msgspec
 from sqlalchemy import exists, select
 from sqlalchemy.exc import IntegrityError
 
+from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, FlagMetric, Metric
 from control_plane.db.types import utcnow
@@ -155,6 +156,7 @@ def _reads_value(body: s.MetricCreate) -> bool:
 
 
 async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
+    scope.require(Permission.EDIT)
     problems = v.Problems()
     v.check_name(problems, "name", body.name)
     event = _metric_event(problems, body)
@@ -213,6 +215,7 @@ async def expect_current(scope: Scope, row: Metric) -> None:
 
 
 async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.Metric:
+    scope.require(Permission.EDIT)
     row = await get(scope, id_or_key)
     await expect_current(scope, row)
     problems = v.Problems()
@@ -248,6 +251,7 @@ async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.
 
 
 async def delete_metric(scope: Scope, id_or_key: str) -> s.Deleted:
+    scope.require(Permission.EDIT)
     row = await get(scope, id_or_key)
     await expect_current(scope, row)
     experiments = await scope.session.scalars(

@@ -20,6 +20,7 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from control_plane.access import Permission
 from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Actor, Hooks, Scope, serialise_project_writes
@@ -122,6 +123,7 @@ class ScheduleRunner:
         return 1
 
     def _scope(self, session: AsyncSession, row: ScheduledChange) -> Scope:
+        # the runner carries out what was checked when the schedule was made: as the system
         actor = Actor(row.created_by_key_id, f"schedule {row.id} ({row.created_by})"[:200])
         return Scope(session, row.project_id, actor, self.bayesian_prior_sd, hooks=self.hooks)
 
@@ -142,9 +144,9 @@ class ScheduleRunner:
                 return
             row, flag_key, env_key = await _load(session, schedule_id)
             out = schedule_out(row, flag_key, env_key)
-            self._scope(session, row).audit(
-                "schedule.fail", "flag", flag_key, after=out, environment=env_key
-            )
+            scope = self._scope(session, row)
+            scope.require(Permission.EDIT)
+            scope.audit("schedule.fail", "flag", flag_key, after=out, environment=env_key)
         logger.warning("scheduled change %s failed: %s", schedule_id, reason)
 
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 import msgspec
 from sqlalchemy import CursorResult, select, update
 
+from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
@@ -42,6 +43,7 @@ def schedule_out(row: ScheduledChange, flag_key: str, env_key: str) -> s.Schedul
 
 
 async def create(scope: Scope, key: str, env_key: str, body: s.ScheduleIn) -> s.ScheduledChange:
+    scope.require(Permission.EDIT)
     flag, env, _ = await flag_setting(scope, key, env_key)
     problems = Problems()
     now = utcnow()
@@ -131,6 +133,7 @@ async def get(scope: Scope, key: str, env_key: str, schedule_id: str) -> s.Sched
 async def cancel(scope: Scope, key: str, env_key: str, schedule_id: str) -> s.ScheduledChange:
     """Only a pending change can be cancelled; the claim is the same conditional UPDATE the
     runner uses, so a cancel and an execution never both win."""
+    scope.require(Permission.EDIT)
     row, flag, env = await _find(scope, key, env_key, schedule_id)
     before = schedule_out(row, flag.key, env.key)
     result = await scope.session.execute(

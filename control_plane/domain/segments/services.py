@@ -9,6 +9,7 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import Flag, FlagSetting, Segment
 from control_plane.db.types import utcnow
@@ -173,6 +174,7 @@ async def flags_using(scope: Scope, key: str) -> list[str]:
 
 
 async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
+    scope.require(Permission.EDIT)
     problems = base.Problems()
     base.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key
@@ -209,6 +211,7 @@ async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
 
 
 async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segment:
+    scope.require(Permission.EDIT)
     row = await _row(scope, key)
     await scope.expect_version(Segment, Segment.version, row.version, Segment.id == row.id)
     before = segment_out(row)
@@ -255,6 +258,7 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
 
 
 async def delete_segment(scope: Scope, key: str) -> s.Deleted:
+    scope.require(Permission.EDIT)
     row = await _row(scope, key)
     await scope.expect_version(Segment, Segment.version, row.version, Segment.id == row.id)
     flags, _ = await _users(scope, key)

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from sqlalchemy import select, update
 
+from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import OutboxEvent, Webhook, WebhookDelivery
 from control_plane.db.types import utcnow
@@ -69,6 +70,7 @@ def _check(
 
 
 async def create_webhook(scope: Scope, body: s.WebhookCreate, policy: str) -> s.Webhook:
+    scope.require(Permission.ADMIN)
     problems = Problems()
     _check(
         problems,
@@ -132,6 +134,7 @@ async def get_webhook(scope: Scope, webhook_id: str) -> s.Webhook:
 async def patch_webhook(
     scope: Scope, webhook_id: str, body: s.WebhookPatch, policy: str
 ) -> s.Webhook:
+    scope.require(Permission.ADMIN)
     row = await _find(scope, webhook_id)
     await _expect_current(scope, row)
     before = _audited(webhook_out(row))
@@ -165,6 +168,7 @@ async def _expect_current(scope: Scope, row: Webhook) -> None:
 
 
 async def delete_webhook(scope: Scope, webhook_id: str) -> s.Deleted:
+    scope.require(Permission.ADMIN)
     row = await _find(scope, webhook_id)
     await _expect_current(scope, row)
     before = _audited(webhook_out(row))
@@ -239,6 +243,7 @@ async def deliveries(
 async def redeliver(scope: Scope, webhook_id: str, delivery_id: str) -> s.Delivery:
     """Send again now, with the same ``id`` (a receiver that has it drops the repeat); a failed
     delivery gets a fresh round of attempts."""
+    scope.require(Permission.ADMIN)
     await _find(scope, webhook_id)
     found = (
         await scope.session.execute(
