@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import msgspec
 from sqlalchemy import func, select, text
 
+from control_plane.access import Permission
 from control_plane.auth import KeyKind
 from control_plane.db.models import Event
 from control_plane.domain import exposures
@@ -63,6 +64,7 @@ async def ingest(
     longer pass (an experiment stopped in between) are left out rather than refused, so that a
     relay's spool never stalls on them.
     """
+    scope.require(Permission.EDIT)  # a viewer's token sends none; server and relay keys may
     if not items:
         return s.Ack(accepted=0, duplicates=0)
 

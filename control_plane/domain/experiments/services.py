@@ -511,6 +511,7 @@ async def set_status(scope: Scope, id_or_key: str, body: s.StatusIn) -> s.Experi
 
 
 async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
+    scope.require(Permission.EDIT)  # records the unit's exposure
     row = await find(scope, key)
     if body.unit_kind is not None and body.unit_kind != row.unit_kind:
         raise invalid("unitKind", f"experiment {row.key!r} randomizes on {row.unit_kind!r}")

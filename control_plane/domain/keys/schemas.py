@@ -8,6 +8,7 @@ import msgspec
 from control_plane.domain.schemas import ApiIn, ApiOut
 
 KindName = Literal["management", "server", "relay", "public"]
+RoleName = Literal["viewer", "editor", "admin"]
 
 
 class KeyCreate(ApiIn):
@@ -18,6 +19,10 @@ class KeyCreate(ApiIn):
     # attribute names or references (``/address/street``) kept out of the props of every event
     # sent with the key: not in the event store, a relay's spool or a log line
     private_attributes: list[str] = msgspec.field(default_factory=list)
+    # a management key is a service account: the role it acts with, and whether it may turn a
+    # flag off at once in a protected environment (control_plane/access.py)
+    role: RoleName = "admin"
+    may_turn_off: bool = False
 
 
 class Key(ApiOut):
@@ -30,6 +35,8 @@ class Key(ApiOut):
     private_attributes: list[str]
     created_at: datetime
     revoked_at: datetime | None
+    role: str | None = None  # a management key's (a service account's)
+    may_turn_off: bool = False
 
 
 class CreatedKey(Key):

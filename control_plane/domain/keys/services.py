@@ -32,6 +32,8 @@ def key_out(row: ApiKey, env_key: str | None) -> s.Key:
         private_attributes=list(row.private_attributes or ()),
         created_at=row.created_at,
         revoked_at=row.revoked_at,
+        role=row.role if row.kind == KeyKind.MANAGEMENT.value else None,
+        may_turn_off=row.may_turn_off,
     )
 
 
@@ -62,6 +64,11 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
             )
     if len(body.name) > 200:
         problems.add("name", "must be at most 200 characters")
+    if kind is not KeyKind.MANAGEMENT and (body.role != "admin" or body.may_turn_off):
+        problems.add(
+            "role" if body.role != "admin" else "mayTurnOff",
+            "only a management key (a service account) has a role",
+        )
     if kind is KeyKind.RELAY and body.private_attributes:
         problems.add("privateAttributes", "a relay forwards others' events: it sends none")
     if len(body.private_attributes) > MAX_PRIVATE:
@@ -80,6 +87,8 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
         origins=body.origins,
     )
     row.created_at = utcnow()
+    row.role = body.role
+    row.may_turn_off = body.may_turn_off
     row.private_attributes = list(dict.fromkeys(body.private_attributes))
     scope.session.add(row)
     await scope.session.flush()
@@ -110,7 +119,7 @@ async def list_keys(
     query = (
         select(ApiKey, Environment.key)
         .outerjoin(Environment, Environment.id == ApiKey.environment_id)
-        .where(ApiKey.project_id == scope.project_id)
+        .where(ApiKey.project_id == scope.project_id, ApiKey.user_id.is_(None))
     )
     if not include_revoked:
         query = query.where(ApiKey.revoked_at.is_(None))
@@ -137,7 +146,9 @@ async def list_keys(
 async def revoke_key(scope: Scope, key_id: str) -> s.Key:
     scope.require(Permission.ADMIN)
     row = await scope.session.scalar(
-        select(ApiKey).where(ApiKey.project_id == scope.project_id, ApiKey.id == key_id)
+        select(ApiKey).where(
+            ApiKey.project_id == scope.project_id, ApiKey.id == key_id, ApiKey.user_id.is_(None)
+        )
     )
     if row is None:
         raise not_found("key", key_id)
