@@ -35,8 +35,8 @@ class Key(ApiOut):
     private_attributes: list[str]
     created_at: datetime
     revoked_at: datetime | None
-    role: str | None = None  # a management key's (a service account's)
-    may_turn_off: bool = False
+    role: str | None  # a management key's (a service account's); None for other kinds
+    may_turn_off: bool
 
 
 class CreatedKey(Key):
