@@ -42,6 +42,7 @@ from control_plane.domain.keys.controllers import KeyController
 from control_plane.domain.keys.services import revoke_key
 from control_plane.domain.layers.controllers import HoldoutController, LayerController
 from control_plane.domain.metrics.controllers import FlagMetricController, MetricController
+from control_plane.domain.people.controllers import PeopleController, TokenController
 from control_plane.domain.schedules.controllers import ScheduleController
 from control_plane.domain.schedules.runner import ScheduleRunner
 from control_plane.domain.segments.controllers import SegmentController
@@ -78,6 +79,8 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     HoldoutController,
     ScheduleController,
     WebhookController,
+    PeopleController,
+    TokenController,
     relay_stream,
     snapshot_stream,
 ]

@@ -34,6 +34,9 @@ class Settings:
     webhook_private: str = "none"  # private addresses webhooks may reach: none | loopback | all
     webhook_retention_days: float = 30.0  # delivered and failed deliveries are kept this long
     console_idle_minutes: float = 60.0  # a console session unused this long signs out
+    public_url: str | None = (
+        None  # the console's address in links (invitations); else the request's
+    )
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -60,6 +63,7 @@ class Settings:
             webhook_private=_private(env.get("VANE_WEBHOOK_PRIVATE")),
             webhook_retention_days=float(env.get("VANE_WEBHOOK_RETENTION_DAYS") or 30.0),
             console_idle_minutes=float(env.get("VANE_CONSOLE_IDLE_MINUTES") or 60.0),
+            public_url=(env.get("VANE_PUBLIC_URL") or "").strip().rstrip("/") or None,
         )
 
 

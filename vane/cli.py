@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "relay": (RELAY, "serve a relay next to your apps"),
     "db": (CONTROL_PLANE, "database schema"),
     "keys": (CONTROL_PLANE, "API keys"),
+    "users": (CONTROL_PLANE, "people who sign in"),
     "code-refs": (CONTROL_PLANE, "flag references in code"),
 }
 

@@ -133,7 +133,7 @@ class Scope:
         """Record the change, and tell the hooks (same transaction): the outbox makes it a
         webhook event. A change is made only by who may make it: a service that audits without
         having asked ``require`` is a defect, refused here rather than written."""
-        if not self.held - {Permission.READ}:
+        if not self.held:
             raise RuntimeError(
                 f"{action} was about to be written without a permission check (Scope.require)"
             )

@@ -9,9 +9,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from control_plane.access import Role
 from control_plane.auth import KeyKind, new_api_key
 from control_plane.db.ids import new_id
-from control_plane.db.models import Environment, Project
+from control_plane.db.models import Environment, Membership, Project, User
+from control_plane.domain.people.services import SIGN_IN_LINK_TTL, create_person, new_invitation
 
 DEFAULT_PROJECT = "default"
 DEFAULT_ENVIRONMENTS = ("production", "staging")
@@ -71,3 +73,48 @@ async def bootstrap(sessionmaker: async_sessionmaker[AsyncSession]) -> list[Issu
             await session.rollback()
             return []
         return issued
+
+
+FIRST_ADMIN_EMAIL = "admin@localhost"
+"""The first person's email when ``VANE_ADMIN_EMAIL`` does not name one (changeable later)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignInLink:
+    email: str
+    token: str  # the link's, shown once: {console}/console/welcome/<token>
+
+
+async def first_admin(
+    sessionmaker: async_sessionmaker[AsyncSession], email: str, project_key: str = DEFAULT_PROJECT
+) -> SignInLink | None:
+    """On a project with nobody in it yet, its first admin (``email``) and a one-time sign-in
+    link with which they set a password. While no person of the project has signed in (set a
+    password or come through SSO), each start gives a fresh link, so a link lost is not a
+    locked door; once someone has, nothing."""
+    async with sessionmaker() as session:
+        project_id = await session.scalar(select(Project.id).where(Project.key == project_key))
+        if project_id is None:
+            return None
+        people = list(
+            await session.execute(
+                select(User.id, User.email, User.password_hash, User.sso_subject)
+                .join(Membership, Membership.user_id == User.id)
+                .where(Membership.project_id == project_id, Membership.role == Role.ADMIN.value)
+            )
+        )
+        if any(row.password_hash or row.sso_subject for row in people):
+            return None
+        if people:
+            user_id, email = people[0].id, people[0].email
+            row, token = new_invitation(
+                project_id, email, Role.ADMIN, "vane up", SIGN_IN_LINK_TTL, user_id=user_id
+            )
+            session.add(row)
+        else:
+            user, token = await create_person(
+                session, project_id, email, Role.ADMIN, invited_by="vane up"
+            )
+            email = user.email
+        await session.commit()
+        return SignInLink(email, token)

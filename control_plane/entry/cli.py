@@ -17,6 +17,7 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from control_plane.access import Role
 from control_plane.auth import KeyKind
 from control_plane.db import migrate
 from control_plane.db.engine import make_async_engine
@@ -27,6 +28,7 @@ from control_plane.domain.coderefs.scanner import CodeRef, scan_tree
 from control_plane.domain.common import Scope
 from control_plane.domain.keys import schemas as key_schemas
 from control_plane.domain.keys import services as keys
+from control_plane.domain.people import services as people
 from control_plane.entry.bootstrap import IssuedKey, bootstrap
 from control_plane.entry.oneshot import database_url as _database_url
 from control_plane.entry.oneshot import in_project
@@ -107,6 +109,33 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
         where = f" for {created.environment}" if created.environment else ""
         print(f"created {created.kind} key {created.id}{where}:")
         print(created.key)
+    return 0
+
+
+def cmd_users_create(args: argparse.Namespace) -> int:
+    """A person with a role in a project, and a one-time sign-in link (a day) to set a password."""
+    print_issued(_migrate_and_bootstrap(_database_url()))
+
+    async def work(scope: Scope) -> tuple[str, str]:
+        user, token = await people.create_person(
+            scope.session,
+            scope.project_id,
+            args.email,
+            Role(args.role),
+            name=args.name or "",
+            may_turn_off=args.may_turn_off,
+        )
+        return user.email, token
+
+    try:
+        email, token = asyncio.run(in_project(args.project, work))
+    except ApiError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    base = (args.url or os.environ.get("VANE_PUBLIC_URL") or "http://127.0.0.1:8000").rstrip("/")
+    print(f"created {args.role} {email} in project {args.project}.")
+    print("One-time sign-in link (valid 24 h; they set their password there):")
+    print(f"  {base}{people.WELCOME_PATH}{token}")
     return 0
 
 
@@ -254,6 +283,24 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--project", default="default")
     create.add_argument("--json", action="store_true", help="print the key record as JSON")
     create.set_defaults(func=cmd_keys_create)
+
+    users_parser = sub.add_parser("users", help="people who sign in").add_subparsers(
+        dest="users_command", required=True
+    )
+    user_create = users_parser.add_parser(
+        "create", help="add a person with a role; prints a one-time sign-in link"
+    )
+    user_create.add_argument("--email", required=True)
+    user_create.add_argument("--role", required=True, choices=[r.value for r in Role])
+    user_create.add_argument("--name", help="their display name")
+    user_create.add_argument(
+        "--may-turn-off", action="store_true", help="may turn flags off at once (on-call)"
+    )
+    user_create.add_argument("--project", default="default")
+    user_create.add_argument(
+        "--url", help="the console's address for the link (default: $VANE_PUBLIC_URL or :8000)"
+    )
+    user_create.set_defaults(func=cmd_users_create)
 
     refs = sub.add_parser("code-refs", help="flag references in code").add_subparsers(
         dest="refs_command", required=True

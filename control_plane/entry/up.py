@@ -27,7 +27,8 @@ from control_plane.db.engine import make_async_engine
 from control_plane.domain.keys import schemas as key_schemas
 from control_plane.domain.keys import services as keys
 from control_plane.domain.keys.schemas import KindName
-from control_plane.entry.bootstrap import IssuedKey
+from control_plane.domain.people.services import WELCOME_PATH
+from control_plane.entry.bootstrap import FIRST_ADMIN_EMAIL, IssuedKey, SignInLink, first_admin
 from control_plane.entry.oneshot import in_project
 from control_plane.errors import ApiError
 
@@ -145,10 +146,20 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+async def _first_admin(url: str) -> SignInLink | None:
+    engine = make_async_engine(url)
+    try:
+        email = os.environ.get("VANE_ADMIN_EMAIL") or FIRST_ADMIN_EMAIL
+        return await first_admin(async_sessionmaker(engine, expire_on_commit=False), email)
+    finally:
+        await engine.dispose()
+
+
 def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
     if issued:
         save_keys(issued)
     saved = known_keys(url)
+    link = asyncio.run(_first_admin(url))
     relay_key = ensure_key(saved, "relay", None)
     try:
         ensure_key(saved, "server", SERVER_ENVIRONMENT)
@@ -195,7 +206,7 @@ def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
             env={"VANE_RELAY_KEY": relay_key},  # not argv: ps shows argv to every user
         )
         _wait_ready(f"{relay_url}/readyz", relay, LOG_DIR / "relay.log")
-        _banner(cp_url, relay_url, url, saved)
+        _banner(cp_url, relay_url, url, saved, link)
         stop = {"now": False}
 
         def on_signal(*_: object) -> None:
@@ -224,17 +235,27 @@ def cmd_up(args: argparse.Namespace, url: str, issued: list[IssuedKey]) -> int:
 
 
 def _banner(
-    cp_url: str, relay_url: str, database_url: str, saved: dict[str, dict[str, str | None]]
+    cp_url: str,
+    relay_url: str,
+    database_url: str,
+    saved: dict[str, dict[str, str | None]],
+    link: SignInLink | None,
 ) -> None:
     print()
     print("Vane is up (Ctrl-C stops both):")
-    print(f"  console        {cp_url}/   (sign in with the management key below)")
+    print(f"  console        {cp_url}/")
     print(f"  control plane  {cp_url}/api/v1   (API docs {cp_url}/schema/swagger)")
     print(
         f"  relay          {relay_url}        (OFREP {relay_url}/ofrep/v1, browser SDK {relay_url}/sdk/v1)"
     )
     print(f"  database       {database_url}")
     print(f"  logs           {LOG_DIR}/")
+    if link is not None:
+        print()
+        print(f"First sign-in: open this one-time link (24 h) as {link.email} and set a password:")
+        print(f"  {cp_url}{WELCOME_PATH}{link.token}")
+        print("  (each start gives a new link until someone has signed in; more people: the")
+        print("  console's People page, or `vane users create --email … --role …`)")
     print()
     print("Keys (kept in .vane/first-keys.json; more with `vane keys create`):")
     for kind in ("management", "server", "relay", "public"):

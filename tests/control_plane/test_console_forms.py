@@ -20,11 +20,18 @@ from litestar.datastructures import FormMultiDict
 
 from control_plane.console import forms
 from tests.conftest import Api
+from tests.control_plane.people import person
 
 MAX_PAGES = 60
 # forms that end or undo something are sent after the others, so that the rest meet live things
 REDELIVER = "/console/webhooks/{webhook_id:str}/deliveries/{delivery_id:str}/redeliver"
-LAST = ("/archive", "/delete", "/revoke", "/cancel", "/sign-out")
+LAST = ("/archive", "/delete", "/revoke", "/cancel", "/sign-out", "/withdraw")
+PERSON_ONLY = {
+    "/console/welcome/{token:str}",  # a link's form, posted without a session
+    "/console/people/tokens",  # a person's own tokens: not shown to a service account
+    "/console/people/tokens/{token_id:str}/revoke",
+}
+"""Walked in tests/control_plane/test_people.py, signed in as a person."""
 
 
 @dataclass
@@ -237,6 +244,11 @@ def sign_in(api: Api) -> str:
 
 
 def seed(api: Api) -> None:
+    seed_things(api)
+    person(api, "walker@example.com", "editor")  # a person for the People page's forms
+
+
+def seed_things(api: Api) -> None:
     """One of each thing the console shows, so that every form appears: a flag with a rule and
     a prerequisite, a segment, one metric (only one: issue #35), an experiment, a webhook, a
     pending schedule, a critical environment."""
@@ -250,6 +262,7 @@ def seed(api: Api) -> None:
         api.post("/experiments", {"name": "Walk", "type": "manual", "goal": "buy"}),
         api.post("/webhooks", {"url": "https://example.com/hook", "events": ["*"]}),
         api.post("/environments", {"key": "walk-critical", "critical": True}),
+        api.post("/users/invitations", {"email": "pending@example.com", "role": "viewer"}),
     ]
     for answer in made:
         assert answer.status_code == 201, answer.text
@@ -283,7 +296,7 @@ def test_every_console_form_answers_a_page_or_a_redirect_with_its_optional_field
         for route in api.client.app.routes
         if route.path.startswith("/console/") and "POST" in getattr(route, "methods", ())
     }
-    missing = writes - posted - {"/console/sign-in", REDELIVER}
+    missing = writes - posted - {"/console/sign-in", REDELIVER, *PERSON_ONLY}
     assert not missing, missing
     found.sort(key=lambda form: any(form.action.endswith(end) for end in LAST))
     sign_out = [form for form in found if form.action == "/console/sign-out"]
@@ -330,12 +343,14 @@ def test_every_console_form_answers_a_page_or_a_redirect_with_its_optional_field
     )
     assert answer.status_code == 303
     assert answer.headers["location"] == "/console/sign-in"
-    [form] = Page("/console/sign-in").parse(api.client.get("/console/sign-in").text).forms
-    for absent in (False, True):
-        data = as_dict(left_alone(form, None, absent=absent))
-        answer = api.client.post(form.action, data=data, follow_redirects=False)
-        assert answer.status_code == 401, answer.text  # no key: "not a live management key"
-        assert answer.headers["content-type"].startswith("text/html")
+    sign_in_forms = Page("/console/sign-in").parse(api.client.get("/console/sign-in").text).forms
+    assert len(sign_in_forms) == 2  # a person's email and password; a management key
+    for form in sign_in_forms:
+        for absent in (False, True):
+            data = as_dict(left_alone(form, None, absent=absent))
+            answer = api.client.post(form.action, data=data, follow_redirects=False)
+            assert answer.status_code == 401, answer.text  # "do not match", "not a live key"
+            assert answer.headers["content-type"].startswith("text/html")
 
 
 def test_a_primary_metric_is_set_with_only_one_metric_and_no_guardrail(api: Api) -> None:

@@ -203,7 +203,12 @@ def console_writes(api: Api) -> list[str]:
     for route in api.client.app.routes:
         if route.path.startswith("/console/") and "POST" in getattr(route, "methods", ()):
             paths.append(re.sub(r"\{[^}]+\}", "walk", route.path))
-    return sorted(set(paths) - {"/console/sign-in"})
+    return sorted(set(paths) - SIGN_IN_FORMS)
+
+
+SIGN_IN_FORMS = {"/console/sign-in", "/console/welcome/walk"}
+"""Forms posted without a session (signing in, joining by a link): a double-submit token of
+their own stands for the session's CSRF token."""
 
 
 def test_a_request_without_the_session_cookie_never_clears_it(api: Api) -> None:
@@ -230,6 +235,12 @@ def test_a_request_without_the_session_cookie_never_clears_it(api: Api) -> None:
             path,
             answer.headers["set-cookie"],
         )
+    for path in SIGN_IN_FORMS:  # another site's sign-in or join: refused, and no cookie set
+        answer = api.client.post(
+            path, data={"key": api.key}, headers=cross_site, follow_redirects=False
+        )
+        assert answer.status_code in (403, 404), (path, answer.status_code)
+        assert "vane_console" not in answer.headers.get("set-cookie", ""), path
     api.client.cookies.set("vane_console", value, path="/console")
     assert api.client.get("/console/flags", follow_redirects=False).status_code == 200
     assert api.get("/flags/walk").json()["environments"]["staging"]["enabled"] is False

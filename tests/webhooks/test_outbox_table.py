@@ -8,7 +8,7 @@ import re
 from control_plane.domain.webhooks.outbox import AUDIT_TO_WEBHOOK
 from tests.conftest import REPO
 
-NOT_SENT = {"code_refs.upload", "webhook.redeliver"}
+NOT_SENT = {"code_refs.upload", "webhook.redeliver", "user.invite"}
 # ``scope.audit("flag.toggle", ...)`` and ``action = "environment.rename" if ... else "..."``
 _AUDITED = re.compile(
     r'(?:\.audit\(\s*|action = )"([a-z_]+\.[a-z_.]+)"(?:\s+if .*? else "([a-z_.]+)")?'

@@ -30,7 +30,7 @@ class AuditController(Controller):
         description=(
             "Filters: `resourceType` (flag, segment, experiment, layer, holdout, metric, key, "
             "environment, code-refs), `resource` (its key or id), `action` (e.g. `flag.toggle`), `actor` "
-            "(the acting key's id), `environment`, `since`/`until` (RFC 3339). Page with "
+            "(the acting key's or person's id), `environment`, `since`/`until` (RFC 3339). Page with "
             "`cursor` = the previous answer's `nextCursor`."
         ),
     )

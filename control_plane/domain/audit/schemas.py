@@ -11,8 +11,9 @@ from control_plane.domain.schemas import ApiOut
 class AuditEntry(ApiOut):
     id: str
     at: datetime
-    actor: str
-    actor_key_id: str | None
+    actor: str  # the person's email, or the key's name (a service account)
+    actor_key_id: str | None  # the key or personal token used (None: a console session)
+    actor_user_id: str | None  # the person, if a person acted
     action: str
     resource_type: str
     resource_key: str

@@ -40,8 +40,11 @@ async def entries(
         query = query.where(AuditEntry.resource_key == where.resource_key)
     if where.action is not None:
         query = query.where(AuditEntry.action == where.action)
-    if where.actor_key_id is not None:
-        query = query.where(AuditEntry.actor_key_id == where.actor_key_id)
+    if where.actor_key_id is not None:  # a key's id, or a person's
+        query = query.where(
+            (AuditEntry.actor_key_id == where.actor_key_id)
+            | (AuditEntry.actor_user_id == where.actor_key_id)
+        )
     if where.environment is not None:
         query = query.where(AuditEntry.environment == where.environment)
     if where.since is not None:
@@ -60,6 +63,7 @@ async def entries(
                 at=r.at,
                 actor=r.actor,
                 actor_key_id=r.actor_key_id,
+                actor_user_id=r.actor_user_id,
                 action=r.action,
                 resource_type=r.resource_type,
                 resource_key=r.resource_key,

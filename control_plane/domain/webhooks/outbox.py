@@ -62,19 +62,31 @@ AUDIT_TO_WEBHOOK: dict[str, str] = {
     "environment.rename": "environment.updated",
     "environment.update": "environment.updated",
     "environment.delete": "environment.deleted",
+    # people (an invitation is announced as ``user.invited``, with its link: see ANNOUNCED)
+    "user.update": "user.updated",
+    "user.deactivate": "user.deactivated",
+    "user.uninvite": "user.invitation_withdrawn",
+    "token.create": "token.created",
+    "token.revoke": "token.revoked",
     # webhooks themselves
     "webhook.create": "webhook.created",
     "webhook.update": "webhook.updated",
     "webhook.delete": "webhook.deleted",
 }
 """Audit action → webhook event type. An action not listed here is audited but not sent (today:
-``code_refs.upload`` and ``webhook.redeliver``); ``docs/webhooks.md`` lists the same table, and a
+``code_refs.upload``, ``webhook.redeliver`` and ``user.invite``, announced as ``user.invited``); ``docs/webhooks.md`` lists the same table, and a
 test holds every action the code audits to one of the two."""
 
 DECISION_TYPES = ("experiment.winner", "experiment.srm_failed")
 """Experiment decisions, emitted once each by the results computation (not audit actions)."""
 
-EVENT_TYPES: frozenset[str] = frozenset(AUDIT_TO_WEBHOOK.values()) | frozenset(DECISION_TYPES)
+ANNOUNCED_TYPES = ("user.invited",)
+"""Announced by a service beside its audit entry, with what the audit must not keep (the
+invitation's single-use link)."""
+
+EVENT_TYPES: frozenset[str] = (
+    frozenset(AUDIT_TO_WEBHOOK.values()) | frozenset(DECISION_TYPES) | frozenset(ANNOUNCED_TYPES)
+)
 
 
 def matches(patterns: list[str], event_type: str) -> bool:

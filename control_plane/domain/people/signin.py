@@ -1,0 +1,238 @@
+"""How a person signs in: a password (argon2id, through argon2-cffi), or a single-use link (an
+invitation, or the sign-in link ``vane users create`` prints) with which they set it.
+
+Failed password sign-ins are throttled per account and per client address, on every replica
+(the failures are rows, counted in a window): past the limit a sign-in is refused with
+``Retry-After`` before the password is even looked at. Each failure is logged and audited,
+never with the password.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from control_plane.access import Role
+from control_plane.auth import ACTIVE, Principal, person_principal
+from control_plane.db.ids import new_id
+from control_plane.db.models import AuditEntry, Invitation, Membership, SignInFailure, User
+from control_plane.db.types import utcnow
+from control_plane.domain.people.services import DEACTIVATED
+from control_plane.domain.validation import Problems
+from control_plane.errors import ApiError
+from shared.keys import hash_token
+
+logger = logging.getLogger("vane.sign_in")
+
+WINDOW = timedelta(minutes=15)
+PER_ACCOUNT = 5  # failures per account in the window, then wait
+PER_ADDRESS = 20  # failures from one client address in the window, then wait
+MIN_PASSWORD = 10
+MAX_PASSWORD = 1024
+
+_HASHER = PasswordHasher()  # argon2id with the library's current parameters
+_DUMMY = _HASHER.hash("not a password anyone has")  # unknown emails cost the same time
+
+
+class Throttled(ApiError):
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(
+            429,
+            f"too many failed sign-ins: try again in {retry_after} s",
+            headers={"Retry-After": str(retry_after)},
+        )
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A sign-in that did not go through, with what the person is told (the same message
+    whether the email is unknown or the password wrong)."""
+
+    message: str = "That email and password do not match an active account."
+
+
+def hash_password(password: str) -> str:
+    return _HASHER.hash(password)
+
+
+def password_problem(password: str) -> str | None:
+    if len(password) < MIN_PASSWORD:
+        return f"at least {MIN_PASSWORD} characters"
+    if len(password) > MAX_PASSWORD:
+        return f"at most {MAX_PASSWORD} characters"
+    if not password.strip():
+        return "not only spaces"
+    return None
+
+
+async def _retry_after(session: AsyncSession, email: str, address: str) -> int:
+    """Seconds until a sign-in for ``email`` from ``address`` may be tried again (0: now)."""
+    since = utcnow() - WINDOW
+    waits = []
+    for column, value, limit in (
+        (SignInFailure.email, email, PER_ACCOUNT),
+        (SignInFailure.address, address, PER_ADDRESS),
+    ):
+        recent = (
+            await session.execute(
+                select(func.count(), func.min(SignInFailure.at)).where(
+                    column == value, SignInFailure.at > since
+                )
+            )
+        ).one()
+        count, oldest = recent
+        if count >= limit and oldest is not None:
+            waits.append((oldest + WINDOW - utcnow()).total_seconds())
+    return max((math.ceil(w) for w in waits if w > 0), default=0)
+
+
+async def sign_in_with_password(
+    session: AsyncSession, email: str, password: str, address: str
+) -> Principal | Refused:
+    """The person, acting in their first project, if ``password`` is theirs and they are
+    active; ``Refused`` otherwise (recorded); ``Throttled`` (429) past the limits."""
+    email = email.strip().lower()[:320]
+    address = address[:64]
+    wait = await _retry_after(session, email, address)
+    if wait:
+        await session.rollback()
+        raise Throttled(wait)
+    user = await session.scalar(select(User).where(User.email == email))
+    stored = user.password_hash if user is not None else None
+    try:
+        _HASHER.verify(stored or _DUMMY, password)
+        matched = stored is not None
+    except (VerificationError, InvalidHashError):
+        matched = False
+    principal = None
+    if matched and user is not None and user.state == ACTIVE:
+        principal = await first_project_principal(session, user.id)
+    if principal is None:
+        await _failed(session, email, address, user)
+        return Refused()
+    assert user is not None
+    assert stored is not None
+    if _HASHER.check_needs_rehash(stored):
+        user.password_hash = hash_password(password)
+    await session.execute(delete(SignInFailure).where(SignInFailure.email == email))
+    await session.commit()
+    return principal
+
+
+async def first_project_principal(session: AsyncSession, user_id: str) -> Principal | None:
+    """A person acting in the project they joined first."""
+    project_id = await session.scalar(
+        select(Membership.project_id)
+        .where(Membership.user_id == user_id)
+        .order_by(Membership.created_at)
+        .limit(1)
+    )
+    if project_id is None:
+        return None
+    return await person_principal(session, user_id, project_id)
+
+
+async def _failed(session: AsyncSession, email: str, address: str, user: User | None) -> None:
+    session.add(SignInFailure(id=new_id("sif"), email=email, address=address))
+    reason = (
+        "unknown email"
+        if user is None
+        else ("deactivated" if user.state == DEACTIVATED else "wrong password")
+    )
+    if user is not None:  # audited where the person is a member: their admins see it
+        projects = await session.scalars(
+            select(Membership.project_id).where(Membership.user_id == user.id)
+        )
+        for project_id in projects:
+            session.add(
+                AuditEntry(
+                    id=new_id("aud"),
+                    project_id=project_id,
+                    actor=email,
+                    actor_user_id=user.id,
+                    action="user.sign_in_failed",
+                    resource_type="user",
+                    resource_key=email,
+                    after={"address": address, "reason": reason},
+                )
+            )
+    await session.commit()
+    logger.warning("failed sign-in for %s from %s: %s", email, address, reason)
+
+
+# ------------------------------------------------------------------- single-use links
+
+
+async def pending_link(session: AsyncSession, token: str) -> Invitation | None:
+    """The live invitation or sign-in link of ``token`` (unused, unexpired)."""
+    row = await session.scalar(select(Invitation).where(Invitation.token_hash == hash_token(token)))
+    if row is None or row.used_at is not None or row.expires_at <= utcnow():
+        return None
+    return row
+
+
+async def use_link(session: AsyncSession, token: str, name: str, password: str) -> Principal:
+    """Join (an invitation) or set one's password (a sign-in link), once: the link is used up
+    in the same transaction. 422 naming the field for a bad name or password; 404 for a link
+    that is unknown, used or expired."""
+    row = await pending_link(session, token)
+    if row is None:
+        raise ApiError(404, "this link is unknown, used or expired: ask an admin for a new one")
+    problems = Problems()
+    if len(name.strip()) > 200:
+        problems.add("name", "at most 200 characters")
+    user = (
+        await session.get(User, row.user_id)
+        if row.user_id
+        else await session.scalar(select(User).where(User.email == row.email))
+    )
+    needs_password = user is None or user.password_hash is None or bool(password)
+    if needs_password and (problem := password_problem(password)) is not None:
+        problems.add("password", problem)
+    problems.raise_if_any()
+    if user is None:
+        user = User(id=new_id("usr"), email=row.email, name=name.strip(), state=ACTIVE)
+        session.add(user)
+    elif user.state != ACTIVE:
+        raise ApiError(403, "this account is deactivated: ask an admin")
+    if name.strip():
+        user.name = name.strip()
+    if password:
+        user.password_hash = hash_password(password)
+        user.must_change_password = False
+    member = await session.get(Membership, (row.project_id, user.id))
+    if member is None:
+        session.add(
+            Membership(
+                project_id=row.project_id,
+                user_id=user.id,
+                role=row.role,
+                may_turn_off=row.role == Role.ADMIN.value,
+            )
+        )
+    row.used_at = utcnow()
+    await session.flush()
+    principal = await person_principal(session, user.id, row.project_id)
+    assert principal is not None
+    session.add(
+        AuditEntry(
+            id=new_id("aud"),
+            project_id=row.project_id,
+            actor=user.email,
+            actor_user_id=user.id,
+            action="user.join" if row.user_id is None else "user.password_set",
+            resource_type="user",
+            resource_key=user.email,
+            after={"role": principal.role.value, "invitedBy": row.invited_by},
+        )
+    )
+    await session.commit()
+    return principal

@@ -1,0 +1,193 @@
+"""People (issue #34): invited by an admin, joined through a single-use link, signed in with a
+password (argon2id, throttled), acting with a role through the console and their tokens;
+deactivated, they stop at their next request. Over HTTP, as a team would use it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Api
+from tests.control_plane.people import (
+    PASSWORD,
+    csrf_of,
+    invite,
+    join,
+    login_token,
+    person,
+    sign_in_form,
+)
+
+
+def test_an_invited_person_joins_once_and_the_audit_names_them(api: Api) -> None:
+    link = invite(api, "Alice@Example.com", "editor")
+    listed = api.get("/users").json()
+    assert [i["email"] for i in listed["invitations"]] == ["alice@example.com"]
+    join(api, link, name="Alice")
+    # the link worked once
+    again = api.client.get(link)
+    assert again.status_code == 404
+    assert "not valid" in again.text
+    people = api.get("/users").json()
+    assert people["invitations"] == []
+    [alice] = [p for p in people["people"] if p["email"] == "alice@example.com"]
+    assert (alice["role"], alice["state"], alice["signsInWith"]) == ("editor", "active", ["password"])
+    # a change made in the console is audited as the person
+    page = api.client.get("/console/flags")
+    assert page.status_code == 200
+    assert "alice@example.com" in page.text
+    made = api.client.post(
+        "/console/flags/",
+        data={"_csrf": csrf_of(page.text), "key": "by-alice"},
+        follow_redirects=False,
+    )
+    assert made.status_code == 303, made.text[:500]
+    [entry] = api.get("/audit", params={"resource": "by-alice"}).json()["entries"]
+    assert entry["actor"] == "alice@example.com"
+
+
+def test_roles_bound_what_a_token_may_do_and_name_the_permission_lacked(api: Api) -> None:
+    viewer = person(api, "vera@example.com", "viewer")
+    editor = person(api, "ed@example.com", "editor")
+    assert api.get("/flags", key=viewer).status_code == 200
+    refused = api.post("/flags", {"key": "nope"}, key=viewer)
+    assert refused.status_code == 403
+    error = refused.json()["error"]
+    assert error["details"] == [{"field": "permission", "message": "edit"}]
+    assert "'edit'" in error["message"]
+    assert "viewer" in error["message"]
+    assert api.get("/flags/nope").status_code == 404  # nothing was written
+    assert api.post("/flags", {"key": "by-ed"}, key=editor).status_code == 201
+    for path, body in (
+        ("/keys", {"kind": "server", "environment": "production"}),
+        ("/environments", {"key": "qa"}),
+        ("/webhooks", {"url": "https://example.com/h", "events": ["*"]}),
+        ("/users/invitations", {"email": "x@example.com", "role": "viewer"}),
+    ):
+        answer = api.post(path, body, key=editor)
+        assert answer.status_code == 403, (path, answer.text)
+        assert answer.json()["error"]["details"] == [{"field": "permission", "message": "admin"}]
+    # a token acts with its person's role or less, never more
+    more = api.post("/tokens", {"name": "more", "role": "admin"}, key=editor)
+    assert more.status_code == 422
+    assert more.json()["error"]["details"][0]["field"] == "role"
+    less = api.post("/tokens", {"name": "read only", "role": "viewer"}, key=editor)
+    assert less.status_code == 201, less.text
+    assert api.post("/flags", {"key": "by-less"}, key=less.json()["token"]).status_code == 403
+    # a management key is a service account: it has no personal tokens
+    assert api.post("/tokens", {"name": "x"}).status_code == 403
+
+
+def test_a_deactivated_persons_open_page_and_token_stop_and_their_history_stays(api: Api) -> None:
+    token = person(api, "dee@example.com", "editor")
+    assert api.post("/flags", {"key": "by-dee"}, key=token).status_code == 201
+    join_cookie = None
+    # Dee signs in with her password in the client: an open console session
+    answer = sign_in_form(api, "dee@example.com", PASSWORD)
+    assert answer.status_code == 303  # type: ignore[attr-defined]
+    join_cookie = api.client.cookies.get("vane_console")
+    assert api.client.get("/console/flags", follow_redirects=False).status_code == 200
+    dee = next(p for p in api.get("/users").json()["people"] if p["email"] == "dee@example.com")
+    off = api.patch(f"/users/{dee['id']}", {"state": "deactivated"})
+    assert off.status_code == 200, off.text
+    assert off.json()["state"] == "deactivated"
+    assert api.get("/flags", key=token).status_code == 401
+    api.client.cookies.set("vane_console", join_cookie or "", path="/console")
+    stopped = api.client.get("/console/flags", follow_redirects=False)
+    assert stopped.status_code == 303
+    assert stopped.headers["location"].startswith("/console/sign-in")
+    again = sign_in_form(api, "dee@example.com", PASSWORD)
+    assert again.status_code == 401  # type: ignore[attr-defined]
+    [entry] = api.get("/audit", params={"resource": "by-dee"}).json()["entries"]
+    assert entry["actor"] == "dee@example.com"  # her history stays
+    back = api.patch(f"/users/{dee['id']}", {"state": "active"})
+    assert back.status_code == 200
+    assert api.get("/flags", key=token).status_code == 200
+
+
+def test_failed_sign_ins_are_throttled_per_account_and_audited_without_the_password(
+    api: Api,
+) -> None:
+    person(api, "bob@example.com", "viewer")
+    guesses = [f"wrong guess {n}" for n in range(5)]
+    for guess in guesses:
+        answer = sign_in_form(api, "bob@example.com", guess)
+        assert answer.status_code == 401  # type: ignore[attr-defined]
+    throttled = sign_in_form(api, "bob@example.com", PASSWORD)  # even the right one waits
+    assert throttled.status_code == 429  # type: ignore[attr-defined]
+    assert int(throttled.headers["retry-after"]) > 0  # type: ignore[attr-defined]
+    assert "try again in" in throttled.text  # type: ignore[attr-defined]
+    failures = api.get("/audit", params={"action": "user.sign_in_failed"}).json()["entries"]
+    assert len(failures) == 5
+    assert all(e["resourceKey"] == "bob@example.com" for e in failures)
+    assert not any(guess in str(failures) for guess in guesses)
+    assert PASSWORD not in str(failures)
+
+
+def test_failed_sign_ins_are_throttled_per_client_address(api: Api) -> None:
+    for n in range(20):
+        answer = sign_in_form(api, f"nobody{n}@example.com", "whatever it is")
+        assert answer.status_code == 401  # type: ignore[attr-defined]
+    person(api, "carol@example.com", "viewer")
+    blocked = sign_in_form(api, "carol@example.com", PASSWORD)
+    assert blocked.status_code == 429  # type: ignore[attr-defined]
+
+
+def test_sign_out_everywhere_ends_every_session_of_the_person(api: Api) -> None:
+    token = person(api, "eve@example.com", "editor")
+    cookies = []
+    for _ in range(2):
+        assert sign_in_form(api, "eve@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+        cookies.append(api.client.cookies.get("vane_console"))
+    me = next(p for p in api.get("/users").json()["people"] if p["email"] == "eve@example.com")
+    ended = api.post(f"/users/{me['id']}/sign-out-everywhere", key=token)
+    assert ended.status_code == 200, ended.text
+    assert ended.json()["sessionsEnded"] >= 2
+    for cookie in cookies:
+        api.client.cookies.set("vane_console", cookie or "", path="/console")
+        assert api.client.get("/console/flags", follow_redirects=False).status_code == 303
+    # the tokens are the person's own to revoke: they still work
+    assert api.get("/flags", key=token).status_code == 200
+
+
+def test_nobody_demotes_or_deactivates_themselves_and_an_admin_remains(api: Api) -> None:
+    admin = person(api, "root@example.com", "admin")
+    me = next(p for p in api.get("/users").json()["people"] if p["email"] == "root@example.com")
+    for body in ({"state": "deactivated"}, {"role": "editor"}):
+        answer = api.patch(f"/users/{me['id']}", body, key=admin)
+        assert answer.status_code == 409, answer.text
+    last = api.patch(f"/users/{me['id']}", {"role": "viewer"})  # by the service account
+    assert last.status_code == 409
+    assert "last active admin" in last.json()["error"]["message"]
+
+
+def test_tokens_are_listed_without_secrets_and_revoked_at_once(api: Api) -> None:
+    token = person(api, "tom@example.com", "editor")
+    listed = api.get("/tokens", key=token).json()["tokens"]
+    assert len(listed) == 1
+    assert token not in str(listed)
+    assert listed[0]["hint"].startswith("vsk_live_")
+    revoked = api.delete(f"/tokens/{listed[0]['id']}", key=token)
+    assert revoked.status_code == 200
+    assert api.get("/flags", key=token).status_code == 401
+
+
+@pytest.mark.parametrize("password", ["short", " " * 12])
+def test_a_weak_password_is_refused_naming_the_field_and_the_link_stays(
+    api: Api, password: str
+) -> None:
+    link = invite(api, "wes@example.com", "viewer")
+    page = api.client.get(link)
+    answer = api.client.post(
+        link, data={"_login": login_token(page.text), "password": password}, follow_redirects=False
+    )
+    assert answer.status_code == 422
+    assert 'id="err-password"' in answer.text
+    assert api.client.get(link).status_code == 200  # not used up
+
+
+def test_a_sign_in_link_from_another_site_is_refused(api: Api) -> None:
+    link = invite(api, "sam@example.com", "viewer")
+    answer = api.client.post(link, data={"password": PASSWORD}, follow_redirects=False)
+    assert answer.status_code == 403
+    assert "vane_console" not in answer.headers.get("set-cookie", "")
+    assert api.client.get(link).status_code == 200
