@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,9 @@ class OpenIdProvider:
         raise AssertionError("too many redirects")
 
 
-@pytest.fixture(scope="session")
-def oidc_provider() -> Iterator[OpenIdProvider]:
+@contextmanager
+def running_provider(port: int = 0) -> Iterator[OpenIdProvider]:
+    """``provider.mjs`` with the clients and accounts above, until the block ends."""
     if shutil.which("node") is None:
         unavailable("Node.js (to run oidc-provider)")
     install_oidc_provider()
@@ -126,6 +128,7 @@ def oidc_provider() -> Iterator[OpenIdProvider]:
         ],
         "accounts": ACCOUNTS,
         "idTokenTtl": 300,
+        "port": port,
     }
     process = Process(
         ["node", str(SCRIPT), json.dumps(config)],
@@ -136,3 +139,10 @@ def oidc_provider() -> Iterator[OpenIdProvider]:
         yield OpenIdProvider(issuer=issuer, process=process)
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def oidc_provider() -> Iterator[OpenIdProvider]:
+    """One provider for the session (one per xdist worker: each listens on its own port)."""
+    with running_provider() as provider:
+        yield provider

@@ -8,6 +8,9 @@
 //   clients:     [{client_id, client_secret, redirect_uris, token_endpoint_auth_method?}]
 //   accounts:    {"<account id>": {email, email_verified, name, groups?, vane_role?, ...}}
 //   idTokenTtl:  seconds an ID token lives (default 600)
+//   port:        the port to listen on (default 0: one the system picks)
+//
+// Each start signs with a new RSA key: a restart on the same port is a key rotation.
 //
 // It listens on 127.0.0.1 on a port the system picks and prints one line,
 // "oidc-provider ready at <issuer>", once it answers.
@@ -32,7 +35,7 @@ const { privateKey } = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 }
 const signingKey = { ...privateKey.export({ format: 'jwk' }), kid: crypto.randomUUID(), use: 'sig', alg: 'RS256' };
 
 const server = http.createServer();
-await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+await new Promise((resolve) => server.listen(config.port ?? 0, '127.0.0.1', resolve));
 const issuer = `http://127.0.0.1:${server.address().port}`;
 
 const provider = new Provider(issuer, {

@@ -14,7 +14,7 @@ import pytest
 
 from control_plane import sso
 from control_plane.sso import PendingSignIn, SsoIdentity, SsoRefused, SsoSettings
-from tests.sso.conftest import OpenIdProvider
+from tests.sso.conftest import OpenIdProvider, running_provider
 
 pytestmark = pytest.mark.e2e
 
@@ -205,3 +205,15 @@ def test_a_token_not_signed_by_the_provider_is_refused(oidc_provider: OpenIdProv
     with pytest.raises(SsoRefused) as refused:
         asyncio.run(sso.validate_id_token(settings, pending, forged))
     assert refused.value.reason == "the ID token's signature is not valid"
+
+
+def test_a_key_rotation_at_the_provider_is_followed() -> None:
+    """The keys are cached; a token signed with a key not seen yet has them fetched again."""
+    with running_provider() as before:
+        settings = before.settings()
+        assert sign_in(before, settings, "alice").subject == "alice"  # keys now cached
+        port = urlsplit(before.issuer).port
+    assert port is not None
+    with running_provider(port) as after:  # the same issuer, signing with a new key
+        assert after.issuer == settings.issuer
+        assert sign_in(after, settings, "erin").subject == "erin"
