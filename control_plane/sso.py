@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast, get_args
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx2
@@ -26,9 +26,9 @@ from joserfc import jwt
 from joserfc.errors import BadSignatureError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 
-Role = Literal["viewer", "editor", "admin"]
-ROLES: tuple[Role, ...] = get_args(Role)
-"""From least to most: when a person's claim maps to several roles, the last one wins."""
+from control_plane.access import ROLES, Role, parse_role
+
+# roles are control_plane.access's: when a claim maps to several, the highest (last) wins
 
 SCOPE = "openid email profile"
 PENDING_LIFETIME = timedelta(minutes=10)
@@ -55,7 +55,7 @@ class SsoSettings(msgspec.Struct, frozen=True, kw_only=True):
     role_claim: str | None = None
     """The ID token claim (a string or a list of strings) mapped through ``role_map``."""
     role_map: Mapping[str, Role] = msgspec.field(default_factory=dict)
-    default_role: Role = "viewer"
+    default_role: Role = Role.VIEWER
     """The role of a person signing in for the first time whose claim maps to none."""
 
 
@@ -115,9 +115,11 @@ def sso_settings_from_env(environ: Mapping[str, str]) -> SsoSettings | None:
 
 
 def _role(variable: str, value: str) -> Role:
-    if value not in ROLES:
-        raise ValueError(f"{variable}: {value!r} is not a role (one of {', '.join(ROLES)})")
-    return value
+    role = parse_role(value)
+    if role is None:
+        names = ", ".join(role.value for role in ROLES)
+        raise ValueError(f"{variable}: {value!r} is not a role (one of {names})")
+    return role
 
 
 def _role_map(text: str) -> dict[str, Role]:

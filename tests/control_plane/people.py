@@ -15,7 +15,7 @@ def invite(api: Api, email: str, role: str, *, key: str | None = None) -> str:
     """An invitation's link (its path), made with ``key`` (the admin key by default)."""
     answer = api.post("/users/invitations", {"email": email, "role": role}, key=key or api.key)
     assert answer.status_code == 201, answer.text
-    return urlsplit(answer.json()["url"]).path
+    return str(urlsplit(answer.json()["url"]).path)
 
 
 def login_token(html: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from control_plane.access import Role
 from control_plane.sso import SsoSettings, sso_settings_from_env
 
 COMPLETE = {
@@ -37,8 +38,8 @@ def test_a_complete_configuration() -> None:
         redirect_url="https://vane.example.com/console/sso/callback",
         allowed_domains=("example.com", "example.org"),
         role_claim="groups",
-        role_map={"vane-admins": "admin", "vane-eng": "editor", "role=ops": "viewer"},
-        default_role="editor",
+        role_map={"vane-admins": Role.ADMIN, "vane-eng": Role.EDITOR, "role=ops": Role.VIEWER},
+        default_role=Role.EDITOR,
     )
 
 

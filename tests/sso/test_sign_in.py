@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from control_plane import sso
+from control_plane.access import Role
 from control_plane.sso import PendingSignIn, SsoIdentity, SsoRefused, SsoSettings
 from tests.sso.conftest import OpenIdProvider, running_provider
 
@@ -36,7 +37,7 @@ def refusal(provider: OpenIdProvider, settings: SsoSettings, account: str) -> st
 def test_a_person_signs_in_with_the_role_their_groups_map_to(oidc_provider: OpenIdProvider) -> None:
     identity = sign_in(oidc_provider, oidc_provider.settings(), "alice")
     assert identity == SsoIdentity(
-        subject="alice", email="alice@example.com", name="Alice Admin", role="admin"
+        subject="alice", email="alice@example.com", name="Alice Admin", role=Role.ADMIN
     )
     erin = sign_in(oidc_provider, oidc_provider.settings(), "erin")  # the claim as one string
     assert (erin.email, erin.role) == ("erin@example.com", "editor")
