@@ -7,6 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from control_plane.sso import SsoSettings, sso_settings_from_env
 from shared.wire.body import MAX_BODY_BYTES
 
 DEFAULT_DATABASE_URL = "sqlite:///" + str(Path(".vane") / "vane.db")
@@ -37,6 +38,7 @@ class Settings:
     public_url: str | None = (
         None  # the console's address in links (invitations); else the request's
     )
+    sso: SsoSettings | None = None  # sign-in through an OpenID provider (VANE_OIDC_*)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -64,6 +66,7 @@ class Settings:
             webhook_retention_days=float(env.get("VANE_WEBHOOK_RETENTION_DAYS") or 30.0),
             console_idle_minutes=float(env.get("VANE_CONSOLE_IDLE_MINUTES") or 60.0),
             public_url=(env.get("VANE_PUBLIC_URL") or "").strip().rstrip("/") or None,
+            sso=sso_settings_from_env(env),
         )
 
 

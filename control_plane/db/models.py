@@ -170,6 +170,18 @@ class SignInFailure(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
 
 
+class SsoPending(Base):
+    """A sign-in through the identity provider between leaving and coming back (ten minutes at
+    most): its PKCE verifier and nonce stay here, on the server; used once."""
+
+    __tablename__ = "sso_pending"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the state
+    pending: Mapped[str] = mapped_column(Text)  # control_plane.sso.PendingSignIn, encoded
+    next: Mapped[str] = mapped_column(String(500), default="/console/flags")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
 class ConsoleSession(Base):
     """A browser signed in to the console, as a person in one of their projects or with a
     management key (the cookie is never stored)."""

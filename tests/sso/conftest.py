@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, urljoin, urlsplit
 import httpx
 import pytest
 
+from control_plane.access import Role
 from control_plane.sso import SsoSettings
 from tests.conftest import REPO, unavailable
 from tests.processes import Process
@@ -84,7 +85,7 @@ class OpenIdProvider:
             "client_secret": CLIENTS[client_id],
             "redirect_url": REDIRECT,
             "role_claim": "groups",
-            "role_map": {"vane-admins": "admin", "vane-eng": "editor"},
+            "role_map": {"vane-admins": Role.ADMIN, "vane-eng": Role.EDITOR},
             **overrides,
         }
         return SsoSettings(**values)

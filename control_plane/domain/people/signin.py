@@ -22,7 +22,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from control_plane.access import Role
 from control_plane.auth import ACTIVE, Principal, person_principal
 from control_plane.db.ids import new_id
-from control_plane.db.models import AuditEntry, Invitation, Membership, SignInFailure, User
+from control_plane.db.models import (
+    AuditEntry,
+    Invitation,
+    Membership,
+    Project,
+    SignInFailure,
+    User,
+)
 from control_plane.db.types import utcnow
 from control_plane.domain.people.services import DEACTIVATED
 from control_plane.domain.validation import Problems
@@ -236,3 +243,79 @@ async def use_link(session: AsyncSession, token: str, name: str, password: str) 
     )
     await session.commit()
     return principal
+
+
+# ------------------------------------------------------------------ the identity provider
+
+
+async def sign_in_with_sso(
+    session: AsyncSession,
+    *,
+    subject: str,
+    email: str,
+    name: str,
+    role: Role | None,
+    default_role: Role,
+) -> Principal | Refused:
+    """A person the identity provider vouches for (``control_plane.sso.finish`` checked the
+    token, the verified email and the domain): found by their subject, else by their email
+    (linked to the subject then), else created in the oldest project with ``role`` or
+    ``default_role``. A role the provider's claim maps to is theirs at every sign-in."""
+    role = Role(role) if role is not None else None
+    default_role = Role(default_role)
+    user = await session.scalar(select(User).where(User.sso_subject == subject))
+    if user is None:
+        user = await session.scalar(select(User).where(User.email == email))
+        if user is not None and user.sso_subject not in (None, subject):
+            return Refused("This email belongs to another identity at the provider.")
+    joined = False
+    if user is None:
+        user = User(
+            id=new_id("usr"), email=email, name=name[:200], state=ACTIVE, sso_subject=subject
+        )
+        session.add(user)
+        joined = True
+    elif user.state != ACTIVE:
+        return Refused("This account is deactivated: ask an admin.")
+    user.sso_subject = subject
+    project_id = await session.scalar(
+        select(Membership.project_id)
+        .where(Membership.user_id == user.id)
+        .order_by(Membership.created_at)
+        .limit(1)
+    )
+    if project_id is None:
+        project_id = await session.scalar(select(Project.id).order_by(Project.id).limit(1))
+        if project_id is None:
+            return Refused("There is no project to sign in to yet.")
+        given = role or default_role
+        session.add(
+            Membership(
+                project_id=project_id,
+                user_id=user.id,
+                role=given.value,
+                may_turn_off=given is Role.ADMIN,
+            )
+        )
+        joined = True
+    elif role is not None:
+        member = await session.get(Membership, (project_id, user.id))
+        if member is not None:
+            member.role = role.value
+    await session.flush()
+    if joined:
+        session.add(
+            AuditEntry(
+                id=new_id("aud"),
+                project_id=project_id,
+                actor=user.email,
+                actor_user_id=user.id,
+                action="user.join",
+                resource_type="user",
+                resource_key=user.email,
+                after={"role": (role or default_role).value, "through": "sso"},
+            )
+        )
+    principal = await person_principal(session, user.id, project_id)
+    await session.commit()
+    return principal if principal is not None else Refused()

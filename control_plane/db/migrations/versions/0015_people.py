@@ -20,6 +20,17 @@ depends_on = None
 
 def upgrade() -> None:
     op.create_table(
+        "sso_pending",
+        sa.Column("id", sa.String(length=64), nullable=False),
+        sa.Column("pending", sa.Text(), nullable=False),
+        sa.Column("next", sa.String(length=500), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_sso_pending")),
+    )
+    with op.batch_alter_table("sso_pending", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_sso_pending_created_at"), ["created_at"], unique=False)
+
+    op.create_table(
         "sign_in_failures",
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("email", sa.String(length=320), nullable=False),
@@ -176,3 +187,6 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_sign_in_failures_address"))
 
     op.drop_table("sign_in_failures")
+    with op.batch_alter_table("sso_pending", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_sso_pending_created_at"))
+    op.drop_table("sso_pending")
