@@ -30,7 +30,11 @@ def test_an_invited_person_joins_once_and_the_audit_names_them(api: Api) -> None
     people = api.get("/users").json()
     assert people["invitations"] == []
     [alice] = [p for p in people["people"] if p["email"] == "alice@example.com"]
-    assert (alice["role"], alice["state"], alice["signsInWith"]) == ("editor", "active", ["password"])
+    assert (alice["role"], alice["state"], alice["signsInWith"]) == (
+        "editor",
+        "active",
+        ["password"],
+    )
     # a change made in the console is audited as the person
     page = api.client.get("/console/flags")
     assert page.status_code == 200
