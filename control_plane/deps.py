@@ -111,3 +111,10 @@ itself is ``Scope.expect_version``, which reads the header from the request's sc
 
 Ctx = NamedDependency[Scope]
 """Handler parameter type for the request's unit of work (``ctx: Ctx``)."""
+
+
+def public_url(state: State, request: Request[Any, Any, Any]) -> str:
+    """The console's address for links (invitations): ``VANE_PUBLIC_URL``, else the address this
+    request came to."""
+    configured: str | None = state.settings.public_url
+    return configured or str(request.base_url)

@@ -13,10 +13,10 @@ from control_plane.access import ROLES, Permission
 from control_plane.console import forms
 from control_plane.console.pages import ListPage
 from control_plane.console.web import Who
+from control_plane.deps import public_url
 from control_plane.domain.common import Scope
 from control_plane.domain.people import schemas as s
 from control_plane.domain.people import services as people
-from control_plane.domain.people.controllers import public_url
 
 ROLE_NAMES = tuple(role.value for role in ROLES)
 

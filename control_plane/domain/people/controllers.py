@@ -7,16 +7,10 @@ from litestar.datastructures import State
 from litestar.params import FromPath, JSONBody
 
 from control_plane.auth import KeyKind, requires
-from control_plane.deps import Ctx
+from control_plane.deps import Ctx, public_url
 from control_plane.domain.people import schemas as s
 from control_plane.domain.people import services
 from control_plane.errors import StrictBody
-
-
-def public_url(state: State, request: Request[Any, Any, Any]) -> str:
-    """The console's address for links: ``VANE_PUBLIC_URL``, else the one this request used."""
-    configured: str | None = state.settings.public_url
-    return configured or str(request.base_url)
 
 
 class PeopleController(Controller):
