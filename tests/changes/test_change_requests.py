@@ -43,12 +43,16 @@ def test_an_editor_proposes_an_admin_approves_and_it_is_applied(team: Team) -> N
     request = propose(api, team.editor, description="canary went well")
     assert request["status"] == "open"
     assert request["author"] == "key 'ci-editor'"
-    assert request["requiredApprovals"] == 1 and request["approvals"] == 0
+    assert request["requiredApprovals"] == 1
+    assert request["approvals"] == 0
     (change,) = request["changes"]
-    assert change["baseVersion"] == change["liveVersion"] and change["moved"] == []
+    assert change["baseVersion"] == change["liveVersion"]
+    assert change["moved"] == []
     (diff,) = change["diff"]
-    assert diff["field"] == "fallthrough" and diff["changed"] is True
-    assert diff["before"] == {"variation": 0} and diff["after"] == ROLLOUT
+    assert diff["field"] == "fallthrough"
+    assert diff["changed"] is True
+    assert diff["before"] == {"variation": 0}
+    assert diff["after"] == ROLLOUT
     rid = request["id"]
 
     # nobody approves their own request: the same key, asked again, is still its author
@@ -115,7 +119,8 @@ def test_an_edit_after_an_approval_needs_a_new_approval(team: Team) -> None:
     )
     assert edited.status_code == 200, edited.text
     body = edited.json()
-    assert body["version"] == 2 and body["approvals"] == 0
+    assert body["version"] == 2
+    assert body["approvals"] == 0
     assert [r["current"] for r in body["reviews"]] == [False]
     refused = api.post(f"/change-requests/{rid}/apply", key=team.editor)
     assert refused.status_code == 409
@@ -161,11 +166,13 @@ def test_a_request_whose_flag_moved_underneath_refuses_naming_what_moved(team: T
         {"changes": [{"flag": "checkout", "settings": {"enabled": True}}]},
         key=team.editor,
     )
-    assert rebased.status_code == 200 and rebased.json()["changes"][0]["moved"] == []
+    assert rebased.status_code == 200
+    assert rebased.json()["changes"][0]["moved"] == []
     assert api.post(f"/change-requests/{second}/approve", {}, key=team.admin).status_code == 200
     assert api.post(f"/change-requests/{second}/apply", key=team.admin).status_code == 200
     live = api.get(SETTINGS).json()
-    assert live["enabled"] is True and live["fallthrough"] == ROLLOUT
+    assert live["enabled"] is True
+    assert live["fallthrough"] == ROLLOUT
 
 
 def _json(value: Any) -> str:
@@ -234,7 +241,8 @@ def test_the_kill_switch_is_never_gated(team: Team) -> None:
     assert toggles[0]["after"] == {"enabled": False, "emergency": True}
     assert toggles[0]["actor"] == "key 'oncall-bot'"
     on = api.post(SETTINGS + "/toggle", {"enabled": True}, key=team.oncall)
-    assert on.status_code == 409 and on.json()["error"]["code"] == "approval_required"
+    assert on.status_code == 409
+    assert on.json()["error"]["code"] == "approval_required"
     # the emergency moved the setting: a request based on it before refuses to apply
     moved = api.post(f"/change-requests/{pending}/apply", key=team.admin)
     assert moved.status_code == 409
@@ -308,7 +316,8 @@ def test_bad_requests_name_the_field(team: Team) -> None:
     assert api.get("/change-requests").json()["changeRequests"] == []
     rid = propose(api, team.editor)["id"]
     blank = api.post(f"/change-requests/{rid}/reject", {"comment": " "}, key=team.admin)
-    assert blank.status_code == 422 and blank.json()["error"]["details"][0]["field"] == "comment"
+    assert blank.status_code == 422
+    assert blank.json()["error"]["details"][0]["field"] == "comment"
     assert api.get("/change-requests/chr_nope").status_code == 404
 
 
@@ -317,7 +326,8 @@ def test_reject_close_and_the_list(team: Team) -> None:
     first = propose(api, team.editor)["id"]
     second = propose(api, team.editor, title="second")["id"]
     rejected = api.post(f"/change-requests/{first}/reject", {"comment": "too fast"}, key=team.admin)
-    assert rejected.status_code == 200 and rejected.json()["status"] == "rejected"
+    assert rejected.status_code == 200
+    assert rejected.json()["status"] == "rejected"
     assert api.post(f"/change-requests/{first}/approve", {}, key=team.oncall).status_code == 409
     closing = api.post(f"/change-requests/{second}/close", key=team.oncall)
     assert closing.status_code == 403  # neither its author nor an admin
