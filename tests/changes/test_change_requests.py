@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.changes.conftest import ROLLOUT, Team, new_key, propose
 from tests.conftest import Api
+from tests.control_plane.people import person
 
 SETTINGS = "/flags/checkout/environments/production"
 
@@ -341,3 +342,27 @@ def test_reject_close_and_the_list(team: Team) -> None:
     reopened = api.patch(f"/change-requests/{first}", {"title": "slower"}, key=team.editor)
     assert reopened.json()["status"] == "open"
     assert api.get("/change-requests", params={"status": "bogus"}).status_code == 422
+
+
+def test_a_person_cannot_approve_their_own_request_through_another_token(team: Team) -> None:
+    api = team.api
+    first = person(api, "ed@example.com", "editor")
+    second = api.post("/tokens", {"name": "laptop"}, key=first)
+    assert second.status_code == 201, second.text
+    other_token = second.json()["token"]
+    rid = propose(api, first)["id"]
+    assert api.get(f"/change-requests/{rid}").json()["author"] == "ed@example.com"
+    for token in (first, other_token):
+        own = api.post(f"/change-requests/{rid}/approve", {}, key=token)
+        assert own.status_code == 403, own.text
+        assert own.json()["error"]["code"] == "own_change_request"
+    # the author's other token is still the author: it may edit the request
+    edited = api.patch(f"/change-requests/{rid}", {"title": "quarter, then half"}, key=other_token)
+    assert edited.status_code == 200, edited.text
+    reviewer = person(api, "ada@example.com", "admin")
+    assert api.post(f"/change-requests/{rid}/approve", {}, key=reviewer).status_code == 200
+    assert api.post(f"/change-requests/{rid}/apply", key=reviewer).status_code == 200
+    (entry,) = [e for e in audit(api, "/audit") if e["action"] == "change_request.apply"]
+    assert entry["actor"] == "ada@example.com"
+    assert entry["after"]["changeRequest"]["author"] == "ed@example.com"
+    assert entry["after"]["changeRequest"]["approvers"] == ["ada@example.com"]

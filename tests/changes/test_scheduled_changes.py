@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.changes.conftest import ROLLOUT, Team, protect, propose, team_of
+from tests.changes.conftest import ROLLOUT, Team, propose, protect, team_of
 from tests.conftest import Api
 from tests.webhooks.conftest import eventually, hooks_app
 
