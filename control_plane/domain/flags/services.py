@@ -667,9 +667,9 @@ async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggl
     the permission ``turn-off`` (an admin, or a person or key granted "may turn off"), applies
     at once and is audited as an emergency change; turning it on there needs a change request.
     Elsewhere either needs ``edit`` (or, to turn off, ``turn-off``)."""
-    if enabled:
+    if enabled or scope.holds(Permission.EDIT):
         scope.require(Permission.EDIT)
-    elif not scope.holds(Permission.EDIT):
+    else:
         scope.require(Permission.TURN_OFF)  # on call without edit: may still turn off
     flag, env, setting = await flag_setting(scope, key, env_key)
     emergency = not enabled and protected(env) and scope.applying is None
