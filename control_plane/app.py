@@ -32,6 +32,8 @@ from control_plane.domain.audit.controllers import (
     FlagHistoryController,
     SegmentHistoryController,
 )
+from control_plane.domain.changes.controllers import ChangeRequestController
+from control_plane.domain.changes.runner import ChangeRequestRunner
 from control_plane.domain.coderefs.controllers import CodeRefController
 from control_plane.domain.environments.controllers import EnvironmentController
 from control_plane.domain.events.controllers import EventController
@@ -78,6 +80,7 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     LayerController,
     HoldoutController,
     ScheduleController,
+    ChangeRequestController,
     WebhookController,
     PeopleController,
     TokenController,
@@ -137,6 +140,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
         bayesian_prior_sd=settings.bayesian_prior_sd,
         hooks=OUTBOX,
     )
+    change_requests = ChangeRequestRunner(
+        sessionmaker,
+        publish=publisher.publish,
+        poll_s=settings.schedule_poll_s,
+        bayesian_prior_sd=settings.bayesian_prior_sd,
+        hooks=OUTBOX,
+    )
     dispatcher = Dispatcher(
         sessionmaker,
         DispatchSettings(
@@ -161,6 +171,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         await publisher.start()
         background.append(asyncio.create_task(run_reconciler(hub, settings.reconcile_s)))
         background.append(asyncio.create_task(schedules.run()))
+        background.append(asyncio.create_task(change_requests.run()))
         background.append(asyncio.create_task(dispatcher.run()))
 
     async def on_shutdown(app: Litestar) -> None:

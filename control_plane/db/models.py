@@ -619,3 +619,55 @@ class ExperimentDecision(Base):
     kind: Mapped[str] = mapped_column(String(16))  # winner | srm
     value: Mapped[str] = mapped_column(String(128))
     decided_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ChangeRequest(Base):
+    """A proposed change to what one environment serves (several flags' settings and rules),
+    reviewed by others before it is applied (issue #34). ``bases`` holds, per flag, the setting
+    version and state it was based on: applying refuses if any moved. ``version`` moves on with
+    each edit; only approvals of the current version count."""
+
+    __tablename__ = "change_requests"
+    __table_args__ = (
+        Index("ix_change_requests_project", "project_id", "status", "id"),
+        Index("ix_change_requests_due", "status", "apply_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    environment_id: Mapped[str] = mapped_column(ForeignKey("environments.id", ondelete="CASCADE"))
+    title: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="")
+    status: Mapped[str] = mapped_column(String(16), default="open")  # open|applied|rejected|closed
+    author: Mapped[str] = mapped_column(String(200))  # the person's email or the key's name
+    author_identity: Mapped[str] = mapped_column(String(64))  # Principal.identity
+    author_user_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    author_key_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    changes: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    bases: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # flag key -> version, state
+    apply_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    applied_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    applied_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")  # why it closed, or a missed applyAt
+
+
+class ChangeRequestReview(Base):
+    """An approval or a rejection of one version of a change request, with a comment."""
+
+    __tablename__ = "change_request_reviews"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # sortable: oldest first
+    change_request_id: Mapped[str] = mapped_column(
+        ForeignKey("change_requests.id", ondelete="CASCADE"), index=True
+    )
+    reviewer: Mapped[str] = mapped_column(String(200))
+    reviewer_identity: Mapped[str] = mapped_column(String(64))
+    reviewer_user_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    reviewer_key_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    decision: Mapped[str] = mapped_column(String(16))  # approve | reject
+    comment: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    request_version: Mapped[int] = mapped_column(Integer)

@@ -77,6 +77,10 @@ class Scope:
     # the permissions this unit of work was found to hold (``require``); an audited change
     # must have asked for one (``audit``)
     held: set[Permission] = field(default_factory=set, init=False)
+    # the change request this unit of work applies (its id, title, author and approvers), set
+    # only by the change requests' apply: the protection gate (``domain.protection``) lets its
+    # writes through, and every audit entry written meanwhile names it (``changeRequest``)
+    applying: dict[str, Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.change = Change(self.project_id)
@@ -148,10 +152,15 @@ class Scope:
             resource_key=resource_key,
             environment=environment,
             before=to_json(before),
-            after=to_json(after),
+            after=self._with_request(to_json(after)),
         )
         self.session.add(entry)
         self.hooks.audited(self.session, entry)
+
+    def _with_request(self, after: Any) -> Any:
+        if self.applying is None or not isinstance(after, dict) or "changeRequest" in after:
+            return after
+        return {**after, "changeRequest": self.applying}
 
     def announce(self, event_type: str, data: Any) -> None:
         """Tell the hooks of something that happened (same transaction): ``experiment.winner``."""

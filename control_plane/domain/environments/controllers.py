@@ -50,7 +50,11 @@ class EnvironmentController(Controller):
         "/{key:str}",
         dto=StrictBody[s.EnvironmentPatch],
         return_dto=None,
-        summary="Rename an environment (its keys stay bound to it)",
+        summary="Rename an environment (its keys stay bound to it), or set its protection",
+        description="`requiredApprovals` (0 to 5, admin): above 0 the environment is protected: "
+        "flag settings, rules, targets, prerequisites, rollouts, schedules there and segments "
+        "its flags use change only through an approved change request (`/change-requests`); "
+        "turning a flag off stays immediate for whoever holds `turn-off`.",
     )
     async def patch_environment(
         self,

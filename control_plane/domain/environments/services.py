@@ -21,6 +21,7 @@ from control_plane.domain.targeting.validation import default_serving
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
 
+MAX_APPROVALS = 5
 CRITICAL_BY_DEFAULT = "production"
 """An environment by this key is critical unless created otherwise: toggles there ask first."""
 
@@ -34,7 +35,13 @@ def environment_out(env: Environment) -> s.Environment:
         version=env.version,
         created_at=env.created_at,
         critical=env.critical,
+        required_approvals=env.required_approvals,
     )
+
+
+def _check_approvals(problems: v.Problems, value: int) -> None:
+    if not 0 <= value <= MAX_APPROVALS:
+        problems.add("requiredApprovals", f"from 0 (not protected) to {MAX_APPROVALS}")
 
 
 async def list_environments(scope: Scope, *, limit: int, cursor: str | None) -> Page[s.Environment]:
@@ -61,6 +68,7 @@ async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Envir
     v.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key.title()
     v.check_name(problems, "name", name)
+    _check_approvals(problems, body.required_approvals)
     source = await scope.environment(body.copy_from) if body.copy_from is not None else None
     problems.raise_if_any()
     env = Environment(
@@ -71,6 +79,7 @@ async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Envir
         snapshot_version=0,
         version=1,
         critical=body.key == CRITICAL_BY_DEFAULT if body.critical is None else body.critical,
+        required_approvals=body.required_approvals,
     )
     scope.session.add(env)
     try:
@@ -157,6 +166,8 @@ async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) ->
         v.check_key(problems, "key", body.key)
     if body.name is not msgspec.UNSET:
         v.check_name(problems, "name", body.name)
+    if body.required_approvals is not msgspec.UNSET:
+        _check_approvals(problems, body.required_approvals)
     problems.raise_if_any()
     before = environment_out(env)
     renamed = body.key is not msgspec.UNSET and body.key != env.key
@@ -166,7 +177,14 @@ async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) ->
         env.name = body.name
     if body.critical is not msgspec.UNSET:
         env.critical = body.critical
-    if (env.key, env.name, env.critical) == (before.key, before.name, before.critical):
+    if body.required_approvals is not msgspec.UNSET:
+        env.required_approvals = body.required_approvals
+    if (env.key, env.name, env.critical, env.required_approvals) == (
+        before.key,
+        before.name,
+        before.critical,
+        before.required_approvals,
+    ):
         return before
     env.version += 1
     wanted = env.key

@@ -31,6 +31,7 @@ from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.protection import protected, refuse_unapproved
 from control_plane.domain.rows import (
     find_flag,
     flag_setting,
@@ -623,6 +624,7 @@ async def put_settings(
 ) -> s.EnvironmentSettings:
     scope.require(Permission.EDIT)
     flag, env, setting = await flag_setting(scope, key, env_key)
+    refuse_unapproved(scope, env, f"changing the settings of flag {key!r}")
     refuse_archived(flag)
     await _expect_setting(scope, setting)
     before = settings_out(flag, env.key, setting)
@@ -661,8 +663,20 @@ async def put_settings(
 
 
 async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggled:
-    scope.require(Permission.EDIT)
+    """The kill switch. In a protected environment turning a flag off is never gated: it needs
+    the permission ``turn-off`` (an admin, or a person or key granted "may turn off"), applies
+    at once and is audited as an emergency change; turning it on there needs a change request.
+    Elsewhere either needs ``edit`` (or, to turn off, ``turn-off``)."""
+    if enabled or scope.holds(Permission.EDIT):
+        scope.require(Permission.EDIT)
+    else:
+        scope.require(Permission.TURN_OFF)  # on call without edit: may still turn off
     flag, env, setting = await flag_setting(scope, key, env_key)
+    emergency = not enabled and protected(env) and scope.applying is None
+    if emergency:
+        scope.require(Permission.TURN_OFF)
+    else:
+        refuse_unapproved(scope, env, f"turning flag {key!r} on")
     refuse_archived(flag)
     await _expect_setting(scope, setting)
     if setting.enabled != enabled:
@@ -673,7 +687,7 @@ async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggl
             "flag",
             key,
             before={"enabled": not enabled},
-            after={"enabled": enabled},
+            after={"enabled": enabled, "emergency": True} if emergency else {"enabled": enabled},
             environment=env.key,
         )
     return s.Toggled(
@@ -684,6 +698,7 @@ async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggl
 async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.Rules:
     scope.require(Permission.EDIT)
     flag, env, setting = await flag_setting(scope, key, env_key)
+    refuse_unapproved(scope, env, f"changing the rules of flag {key!r}")
     refuse_archived(flag)
     await _expect_setting(scope, setting)
     before = s.Rules(
@@ -742,7 +757,12 @@ async def _check_with_engine(
 async def apply_scheduled(scope: Scope, row: ScheduledChange, flag_key: str, env_key: str) -> str:
     """Carry out a due scheduled change with the same service call as ``POST .../toggle`` or
     ``PUT .../environments/:env`` (the schedule runner is handed this by the app); answers what
-    it did, for the schedule's record."""
+    it did, for the schedule's record. A schedule made before its environment became
+    protected is refused when due (even a turn-off: the kill switch is a person's act, not a
+    schedule's); one in a protected environment is made as a change request with ``applyAt``."""
+    scope.require(Permission.EDIT)
+    _, env, _ = await flag_setting(scope, flag_key, env_key)
+    refuse_unapproved(scope, env, f"the scheduled change {row.id} of flag {flag_key!r}")
     if row.kind == "toggle":
         assert row.enabled is not None
         toggled = await toggle(scope, flag_key, env_key, row.enabled)

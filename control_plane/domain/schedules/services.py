@@ -15,6 +15,7 @@ from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.protection import refuse_unapproved
 from control_plane.domain.rows import flag_setting, refuse_archived, variation_indexes
 from control_plane.domain.schedules import schemas as s
 from control_plane.domain.targeting import validation as targeting
@@ -45,6 +46,9 @@ def schedule_out(row: ScheduledChange, flag_key: str, env_key: str) -> s.Schedul
 async def create(scope: Scope, key: str, env_key: str, body: s.ScheduleIn) -> s.ScheduledChange:
     scope.require(Permission.EDIT)
     flag, env, _ = await flag_setting(scope, key, env_key)
+    refuse_unapproved(
+        scope, env, f"scheduling a change of flag {key!r} (a change request may carry applyAt)"
+    )
     problems = Problems()
     now = utcnow()
     if body.at.tzinfo is None:

@@ -16,6 +16,7 @@ from control_plane.db.types import utcnow
 from control_plane.domain import validation as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.protection import refuse_unapproved_in
 from control_plane.domain.segments import schemas as s
 from control_plane.domain.snapshots import segment_snapshot
 from control_plane.domain.targeting import validation as targeting
@@ -213,6 +214,9 @@ async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
 async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segment:
     scope.require(Permission.EDIT)
     row = await _row(scope, key)
+    await refuse_unapproved_in(
+        scope, (await _users(scope, key))[1], f"changing segment {key!r}, which flags use"
+    )
     await scope.expect_version(Segment, Segment.version, row.version, Segment.id == row.id)
     before = segment_out(row)
     problems = base.Problems()
@@ -260,8 +264,9 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
 async def delete_segment(scope: Scope, key: str) -> s.Deleted:
     scope.require(Permission.EDIT)
     row = await _row(scope, key)
+    flags, environments = await _users(scope, key)
+    await refuse_unapproved_in(scope, environments, f"deleting segment {key!r}, which flags use")
     await scope.expect_version(Segment, Segment.version, row.version, Segment.id == row.id)
-    flags, _ = await _users(scope, key)
     if flags:
         raise conflict(f"segment {key!r} is used by the rules of flag(s) {', '.join(flags)}")
     users = sorted(

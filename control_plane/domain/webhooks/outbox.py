@@ -33,6 +33,14 @@ AUDIT_TO_WEBHOOK: dict[str, str] = {
     "schedule.create": "flag.schedule.created",
     "schedule.cancel": "flag.schedule.cancelled",
     "schedule.fail": "flag.schedule.failed",
+    # change requests (a protected environment's changes)
+    "change_request.create": "change_request.created",
+    "change_request.update": "change_request.updated",
+    "change_request.approve": "change_request.approved",
+    "change_request.reject": "change_request.rejected",
+    "change_request.apply": "change_request.applied",
+    "change_request.close": "change_request.closed",
+    "change_request.skip": "change_request.skipped",  # its applyAt passed, not applied
     # segments
     "segment.create": "segment.created",
     "segment.update": "segment.updated",

@@ -1,0 +1,674 @@
+"""Change requests: proposed changes to what one environment serves, reviewed by others, then
+applied all at once through the flags' own services (issue #34).
+
+How apply reaches the flags: this domain stands on a layer above the others and imports the
+flags' services alone (the import-linter contracts "domain-independence" and "changes use the
+flags only" in pyproject.toml). Applying a request calls ``put_settings`` and ``put_rules``, the
+very services ``PUT /flags/{key}/environments/{env}`` and ``PUT …/rules`` call: validated the
+same way, audited, versioned and published the same way, in the request's one transaction (all
+or nothing, published once after the commit). The unit of work is marked as applying the request
+(``Scope.applying``): the protection gate (``domain.protection``) lets those writes through, and
+each audit entry they write names the request, its author and its approvers. A request is checked
+the same way when made or edited: its changes are run through those services in a savepoint that
+is rolled back, so a change that could never apply is refused at once, its field named.
+
+The rules: ``edit`` to propose, review and apply; nobody approves or rejects their own request
+(``Actor.identity``: a person's second session or token, or a key used twice, is still them); an
+edit is a new version, and only approvals of the current version count; applying needs as many
+approvals as the environment requires at that moment, and every flag setting still at the version
+the request was based on, else 409 naming what moved.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import msgspec
+from sqlalchemy import select
+
+from control_plane.access import Permission
+from control_plane.db.ids import new_id
+from control_plane.db.models import ChangeRequest, ChangeRequestReview, Environment, Flag
+from control_plane.db.types import utcnow
+from control_plane.domain import validation as base
+from control_plane.domain.changes import schemas as s
+from control_plane.domain.common import Scope, to_json
+from control_plane.domain.flags import schemas as flags
+from control_plane.domain.flags.services import put_rules, put_settings, rules_out, settings_out
+from control_plane.domain.paging import Page, paged
+from control_plane.domain.rows import flag_setting
+from control_plane.errors import ApiError, FieldError, not_found
+from control_plane.publishing.change import Change
+
+MAX_CHANGES = 50
+PAST_SLACK = timedelta(minutes=1)
+HORIZON = timedelta(days=5 * 366)
+FIELDS = ("enabled", "offVariation", "fallthrough", "targets", "prerequisites", "rules")
+OWN = "own_change_request"
+
+
+# --- stored JSON ---------------------------------------------------------------------------------
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _stored(item: s.FlagChangeIn) -> dict[str, Any]:
+    out: dict[str, Any] = {"flag": item.flag}
+    if item.settings is not None:
+        out["settings"] = _without_nulls(msgspec.to_builtins(item.settings))
+    if item.rules is not None:
+        out["rules"] = _without_nulls(msgspec.to_builtins(item.rules))
+    return out
+
+
+async def _live(scope: Scope, flag_key: str, env_key: str) -> tuple[int, dict[str, Any]]:
+    """The flag setting's version and state, in the API's shapes, field by field."""
+    flag, env, setting = await flag_setting(scope, flag_key, env_key)
+    settings = to_json(settings_out(flag, env.key, setting))
+    state = {name: settings[name] for name in FIELDS[:-1]}
+    state["rules"] = to_json(rules_out(setting.rules))
+    return setting.version, state
+
+
+def _moved(flag_key: str, base_state: dict[str, Any], live: dict[str, Any]) -> list[s.Moved]:
+    return [
+        s.Moved(flag=flag_key, field=name, base=base_state.get(name), live=live.get(name))
+        for name in FIELDS
+        if base_state.get(name) != live.get(name)
+    ]
+
+
+# --- reads ---------------------------------------------------------------------------------------
+
+
+async def _reviews(scope: Scope, ids: list[str]) -> dict[str, list[ChangeRequestReview]]:
+    found: dict[str, list[ChangeRequestReview]] = {i: [] for i in ids}
+    if ids:
+        for review in await scope.session.scalars(
+            select(ChangeRequestReview)
+            .where(ChangeRequestReview.change_request_id.in_(ids))
+            .order_by(ChangeRequestReview.id)
+        ):
+            found[review.change_request_id].append(review)
+    return found
+
+
+def _approvers(row: ChangeRequest, reviews: list[ChangeRequestReview]) -> list[str]:
+    """The distinct others who approved the current version, in the order they did."""
+    seen: dict[str, str] = {}
+    for review in reviews:
+        if (
+            review.decision == "approve"
+            and review.request_version == row.version
+            and review.reviewer_identity != row.author_identity
+        ):
+            seen.setdefault(review.reviewer_identity, review.reviewer)
+    return list(seen.values())
+
+
+async def _flag_change(
+    scope: Scope, row: ChangeRequest, env: Environment, item: dict[str, Any]
+) -> s.FlagChange:
+    flag_key = item["flag"]
+    based = row.bases.get(flag_key, {})
+    base_state: dict[str, Any] = based.get("state", {})
+    live_version: int | None
+    try:
+        live_version, live = await _live(scope, flag_key, env.key)
+    except ApiError:  # the flag was deleted since
+        live_version, live = None, {}
+    desired = {**item.get("settings", {})}
+    if "rules" in item:
+        desired["rules"] = item["rules"]
+    shown = base_state if row.status == "applied" else live
+    diff = [
+        s.FieldDiff(
+            field=name,
+            before=shown.get(name),
+            after=value,
+            changed=_differs(name, shown.get(name), value),
+        )
+        for name, value in desired.items()
+    ]
+    moved = (
+        _moved(flag_key, base_state, live)
+        if row.status == "open" and live_version != based.get("version")
+        else []
+    )
+    return s.FlagChange(
+        flag=flag_key,
+        base_version=int(based.get("version", 0)),
+        live_version=live_version,
+        moved=moved,
+        diff=diff,
+        settings=item.get("settings"),
+        rules=item.get("rules"),
+    )
+
+
+def _differs(name: str, before: Any, after: Any) -> bool:
+    if name == "rules" and isinstance(before, list) and isinstance(after, list):
+        # a rule given without an id gets a new one when applied: compare what else it says
+        strip = [{k: v for k, v in r.items() if k != "id"} for r in before]
+        given = [{k: v for k, v in r.items() if k != "id"} for r in after]
+        return bool(strip != given)
+    return bool(before != after)
+
+
+async def _out(
+    scope: Scope, row: ChangeRequest, env: Environment, reviews: list[ChangeRequestReview]
+) -> s.ChangeRequest:
+    approvers = _approvers(row, reviews)
+    return s.ChangeRequest(
+        id=row.id,
+        environment=env.key,
+        title=row.title,
+        description=row.description,
+        status=cast(s.Status, row.status),
+        author=row.author,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        version=row.version,
+        required_approvals=env.required_approvals,
+        approvals=len(approvers),
+        approved_by=approvers,
+        changes=[await _flag_change(scope, row, env, item) for item in row.changes],
+        reviews=[
+            s.Review(
+                id=r.id,
+                reviewer=r.reviewer,
+                decision=cast(Any, r.decision),
+                comment=r.comment,
+                at=r.at,
+                request_version=r.request_version,
+                current=r.request_version == row.version,
+            )
+            for r in reviews
+        ],
+        apply_at=row.apply_at,
+        applied_at=row.applied_at,
+        applied_by=row.applied_by,
+        reason=row.reason,
+    )
+
+
+async def _find(scope: Scope, request_id: str) -> tuple[ChangeRequest, Environment]:
+    found = (
+        await scope.session.execute(
+            select(ChangeRequest, Environment)
+            .join(Environment, Environment.id == ChangeRequest.environment_id)
+            .where(ChangeRequest.id == request_id, ChangeRequest.project_id == scope.project_id)
+            .execution_options(populate_existing=True)
+        )
+    ).one_or_none()
+    if found is None:
+        raise not_found("change request", request_id)
+    row, env = found
+    return row, env
+
+
+async def get(scope: Scope, request_id: str) -> s.ChangeRequest:
+    row, env = await _find(scope, request_id)
+    return await _out(scope, row, env, (await _reviews(scope, [row.id]))[row.id])
+
+
+async def list_requests(
+    scope: Scope,
+    status: str | None,
+    environment: str | None,
+    *,
+    limit: int,
+    cursor: str | None,
+) -> Page[s.ChangeRequest]:
+    """Newest first (ids are time-sortable)."""
+    query = select(ChangeRequest).where(ChangeRequest.project_id == scope.project_id)
+    if status is not None:
+        query = query.where(ChangeRequest.status == status)
+    if environment is not None:
+        env = await scope.environment(environment)
+        query = query.where(ChangeRequest.environment_id == env.id)
+
+    async def convert(rows: list[ChangeRequest]) -> list[s.ChangeRequest]:
+        envs = {e.id: e for e in await scope.environments()}
+        reviews = await _reviews(scope, [r.id for r in rows])
+        return [await _out(scope, r, envs[r.environment_id], reviews[r.id]) for r in rows]
+
+    return await paged(
+        scope,
+        query,
+        ChangeRequest.id,
+        list_name=f"change-requests:{status}:{environment}",
+        limit=limit,
+        cursor=cursor,
+        convert=convert,
+        descending=True,
+    )
+
+
+# --- checks --------------------------------------------------------------------------------------
+
+
+def _check_text(problems: base.Problems, title: str | None, description: str | None) -> None:
+    if title is not None:
+        base.check_name(problems, "title", title)
+    if description is not None and len(description) > 10_000:
+        problems.add("description", "at most 10000 characters")
+
+
+def _check_apply_at(problems: base.Problems, at: datetime | None) -> None:
+    if at is None:
+        return
+    now = utcnow()
+    if at.tzinfo is None:
+        problems.add("applyAt", "an RFC 3339 time with its offset (Z or +hh:mm)")
+    elif at < now - PAST_SLACK:
+        problems.add("applyAt", "is in the past")
+    elif at > now + HORIZON:
+        problems.add("applyAt", "more than five years ahead")
+
+
+async def _check_changes(
+    scope: Scope, problems: base.Problems, changes: list[s.FlagChangeIn]
+) -> None:
+    if not changes:
+        problems.add("changes", "at least one flag's change")
+    elif len(changes) > MAX_CHANGES:
+        problems.add("changes", f"at most {MAX_CHANGES} flags in one request")
+    keys = {c.flag for c in changes}
+    flags_found = {
+        f.key: f
+        for f in await scope.session.scalars(
+            select(Flag).where(Flag.project_id == scope.project_id, Flag.key.in_(keys))
+        )
+    }
+    seen: set[str] = set()
+    for i, change in enumerate(changes):
+        flag = flags_found.get(change.flag)
+        if flag is None:
+            problems.add(f"changes[{i}].flag", f"unknown flag {change.flag!r}")
+        elif flag.archived:
+            problems.add(f"changes[{i}].flag", f"flag {change.flag!r} is archived")
+        if change.flag in seen:
+            problems.add(f"changes[{i}].flag", f"{change.flag!r} is listed twice: one item a flag")
+        seen.add(change.flag)
+        if change.settings is None and change.rules is None:
+            problems.add(f"changes[{i}]", "give settings, rules or both")
+        elif change.settings is not None and not msgspec.to_builtins(change.settings):
+            problems.add(f"changes[{i}].settings", "names no field to change")
+
+
+async def _run(scope: Scope, env: Environment, changes: list[dict[str, Any]]) -> None:
+    """Carry the changes out with the flags' services (the unit of work is marked applying)."""
+    for i, item in enumerate(changes):
+        try:
+            if "settings" in item:
+                body = msgspec.convert(item["settings"], flags.EnvironmentSettingsIn)
+                await put_settings(scope, item["flag"], env.key, body)
+            if "rules" in item:
+                rules = msgspec.convert(item["rules"], list[flags.RuleIn])
+                await put_rules(scope, item["flag"], env.key, flags.RulesIn(rules=rules))
+        except ApiError as exc:
+            where = f"changes[{i}]"
+            details = [FieldError(f"{where}.{d.field}", d.message) for d in exc.details]
+            raise ApiError(
+                exc.status,
+                f"{where} (flag {item['flag']!r}): {exc.message}",
+                code=exc.code,
+                details=details or [FieldError(where, exc.message)],
+            ) from exc
+
+
+async def _dry_run(scope: Scope, env: Environment, changes: list[dict[str, Any]]) -> None:
+    """Refuse now a change that could never apply: run it in a savepoint, then roll it back."""
+    saved = (scope.change, scope.if_match, scope.applying)
+    scope.change, scope.if_match = Change(scope.project_id), None
+    scope.applying = {"id": "dry run"}
+    savepoint = await scope.session.begin_nested()
+    try:
+        await _run(scope, env, changes)
+    finally:
+        await savepoint.rollback()
+        scope.change, scope.if_match, scope.applying = saved
+    await scope.session.refresh(env)
+
+
+async def _bases(scope: Scope, env: Environment, changes: list[dict[str, Any]]) -> dict[str, Any]:
+    bases: dict[str, Any] = {}
+    for item in changes:
+        version, state = await _live(scope, item["flag"], env.key)
+        bases[item["flag"]] = {"version": version, "state": state}
+    return bases
+
+
+def _summary(row: ChangeRequest, env: Environment, **more: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "title": row.title,
+        "environment": env.key,
+        "status": row.status,
+        "version": row.version,
+        "author": row.author,
+        "flags": [item["flag"] for item in row.changes],
+        **more,
+    }
+
+
+def _refuse_own(scope: Scope, row: ChangeRequest, verb: str) -> None:
+    if scope.actor.identity and scope.actor.identity == row.author_identity:
+        raise ApiError(
+            403,
+            f"you wrote change request {row.id}: someone else must {verb} it (a second "
+            "session, token or key of yours is still you)",
+            code=OWN,
+            details=[FieldError("author", row.author)],
+        )
+
+
+def _refuse_unless_open(row: ChangeRequest, doing: str) -> None:
+    if row.status != "open":
+        hint = ": its author may edit it to reopen it" if row.status == "rejected" else ""
+        raise ApiError(409, f"change request {row.id} is {row.status}, so cannot be {doing}{hint}")
+
+
+# --- writes --------------------------------------------------------------------------------------
+
+
+async def create(scope: Scope, body: s.ChangeRequestCreate) -> s.ChangeRequest:
+    scope.require(Permission.EDIT)
+    env = await scope.environment(body.environment)
+    problems = base.Problems()
+    _check_text(problems, body.title, body.description)
+    _check_apply_at(problems, body.apply_at)
+    await _check_changes(scope, problems, body.changes)
+    problems.raise_if_any()
+    changes = [_stored(c) for c in body.changes]
+    await _dry_run(scope, env, changes)
+    now = utcnow()
+    actor = scope.actor
+    row = ChangeRequest(
+        id=new_id("chr"),
+        project_id=scope.project_id,
+        environment_id=env.id,
+        title=body.title,
+        description=body.description,
+        status="open",
+        author=actor.label,
+        author_identity=actor.identity,
+        author_user_id=actor.user_id,
+        author_key_id=actor.key_id,
+        created_at=now,
+        updated_at=now,
+        version=1,
+        changes=changes,
+        bases=await _bases(scope, env, changes),
+        apply_at=body.apply_at,
+        reason="",
+    )
+    scope.session.add(row)
+    await scope.session.flush()
+    out = await _out(scope, row, env, [])
+    scope.audit(
+        "change_request.create",
+        "change_request",
+        row.id,
+        after=_summary(row, env, changes=to_json(out.changes), applyAt=to_json(row.apply_at)),
+        environment=env.key,
+    )
+    return out
+
+
+async def edit(scope: Scope, request_id: str, body: s.ChangeRequestPatch) -> s.ChangeRequest:
+    """The author's edit: a new version, based on what is live now; earlier approvals and a
+    rejection no longer count (a rejected request is open again)."""
+    scope.require(Permission.EDIT)
+    row, env = await _find(scope, request_id)
+    if scope.actor.identity != row.author_identity:
+        raise ApiError(
+            403,
+            f"only the author of change request {row.id} ({row.author}) edits it: propose "
+            "another, or review this one",
+            code="not_the_author",
+            details=[FieldError("author", row.author)],
+        )
+    if row.status not in ("open", "rejected"):
+        raise ApiError(409, f"change request {row.id} is {row.status}: it is not edited now")
+    await scope.expect_version(
+        ChangeRequest, ChangeRequest.version, row.version, ChangeRequest.id == row.id
+    )
+    problems = base.Problems()
+    _check_text(
+        problems,
+        None if body.title is msgspec.UNSET else body.title,
+        None if body.description is msgspec.UNSET else body.description,
+    )
+    if body.apply_at is not msgspec.UNSET:
+        _check_apply_at(problems, body.apply_at)
+    if body.changes is not msgspec.UNSET:
+        await _check_changes(scope, problems, body.changes)
+    problems.raise_if_any()
+    before = _summary(row, env)
+    changes = row.changes if body.changes is msgspec.UNSET else [_stored(c) for c in body.changes]
+    await _dry_run(scope, env, changes)
+    if body.title is not msgspec.UNSET:
+        row.title = body.title
+    if body.description is not msgspec.UNSET:
+        row.description = body.description
+    if body.apply_at is not msgspec.UNSET:
+        row.apply_at = body.apply_at
+    row.changes = changes
+    row.bases = await _bases(scope, env, changes)
+    row.status = "open"
+    row.reason = ""
+    row.version += 1
+    row.updated_at = utcnow()
+    await scope.session.flush()
+    reviews = (await _reviews(scope, [row.id]))[row.id]
+    out = await _out(scope, row, env, reviews)
+    scope.audit(
+        "change_request.update",
+        "change_request",
+        row.id,
+        before=before,
+        after=_summary(row, env, changes=to_json(out.changes), applyAt=to_json(row.apply_at)),
+        environment=env.key,
+    )
+    return out
+
+
+async def review(scope: Scope, request_id: str, decision: str, body: s.ReviewIn) -> s.ChangeRequest:
+    """Approve or reject the current version, as someone other than its author."""
+    scope.require(Permission.EDIT)
+    row, env = await _find(scope, request_id)
+    _refuse_own(scope, row, decision)
+    _refuse_unless_open(row, "approved" if decision == "approve" else "rejected")
+    problems = base.Problems()
+    if decision == "reject" and not body.comment.strip():
+        problems.add("comment", "say why it is rejected")
+    if len(body.comment) > 10_000:
+        problems.add("comment", "at most 10000 characters")
+    problems.raise_if_any()
+    reviews = (await _reviews(scope, [row.id]))[row.id]
+    if decision == "approve" and any(
+        r.reviewer_identity == scope.actor.identity
+        and r.decision == "approve"
+        and r.request_version == row.version
+        for r in reviews
+    ):
+        raise ApiError(409, f"you approved version {row.version} of {row.id} already")
+    entry = ChangeRequestReview(
+        id=new_id("crv"),
+        change_request_id=row.id,
+        reviewer=scope.actor.label,
+        reviewer_identity=scope.actor.identity,
+        reviewer_user_id=scope.actor.user_id,
+        reviewer_key_id=scope.actor.key_id,
+        decision=decision,
+        comment=body.comment,
+        at=utcnow(),
+        request_version=row.version,
+    )
+    scope.session.add(entry)
+    if decision == "reject":
+        row.status = "rejected"
+    row.updated_at = utcnow()
+    await scope.session.flush()
+    reviews.append(entry)
+    out = await _out(scope, row, env, reviews)
+    action = "change_request.approve" if decision == "approve" else "change_request.reject"
+    scope.audit(
+        action,
+        "change_request",
+        row.id,
+        after=_summary(
+            row,
+            env,
+            reviewer=scope.actor.label,
+            comment=body.comment,
+            approvals=out.approvals,
+            requiredApprovals=out.required_approvals,
+        ),
+        environment=env.key,
+    )
+    return out
+
+
+async def apply(scope: Scope, request_id: str) -> s.ChangeRequest:
+    """Apply an approved request: approvals ≥ the environment's requirement now, every flag
+    setting still at its base version (else 409 naming what moved), all in this transaction."""
+    scope.require(Permission.EDIT)
+    row, env = await _find(scope, request_id)
+    await scope.expect_version(
+        ChangeRequest, ChangeRequest.version, row.version, ChangeRequest.id == row.id
+    )
+    _refuse_unless_open(row, "applied")
+    reviews = (await _reviews(scope, [row.id]))[row.id]
+    approvers = _approvers(row, reviews)
+    if len(approvers) < env.required_approvals:
+        raise ApiError(
+            409,
+            f"change request {row.id} has {len(approvers)} approval(s) of version {row.version} "
+            f"by others than its author; {env.key!r} requires {env.required_approvals}",
+            code="approvals_missing",
+            details=[FieldError("approvals", f"{len(approvers)} of {env.required_approvals}")],
+        )
+    moved: list[s.Moved] = []
+    for item in row.changes:
+        based = row.bases.get(item["flag"], {})
+        version, live = await _live(scope, item["flag"], env.key)
+        if version != based.get("version"):
+            found = _moved(item["flag"], based.get("state", {}), live)
+            moved.extend(
+                found
+                or [
+                    s.Moved(
+                        flag=item["flag"], field="version", base=based.get("version"), live=version
+                    )
+                ]
+            )
+    if moved:
+        raise ApiError(
+            409,
+            "what is live moved since the request was based on it, so it is not applied (no "
+            "silent overwrite): "
+            + "; ".join(
+                f"{m.flag} {m.field}: live {_short(m.live)}, base {_short(m.base)}" for m in moved
+            )
+            + ". Its author edits it to base it on what is live now (then it needs approval again)",
+            code="base_moved",
+            details=[
+                FieldError(f"{m.flag}.{m.field}", f"live {_short(m.live)}, base {_short(m.base)}")
+                for m in moved
+            ],
+        )
+    saved = scope.if_match
+    scope.if_match = None  # the request's version was checked; the settings' versions just now
+    scope.applying = {
+        "id": row.id,
+        "title": row.title,
+        "author": row.author,
+        "approvers": approvers,
+    }
+    try:
+        await _run(scope, env, row.changes)
+    except ApiError as exc:
+        raise ApiError(
+            409,
+            f"change request {row.id} cannot be applied: {exc.message}",
+            code="cannot_apply",
+            details=exc.details,
+        ) from exc
+    finally:
+        scope.if_match = saved
+    row.status = "applied"
+    row.applied_at = row.updated_at = utcnow()
+    row.applied_by = scope.actor.label
+    await scope.session.flush()
+    out = await _out(scope, row, env, reviews)
+    scope.audit(
+        "change_request.apply",
+        "change_request",
+        row.id,
+        after=_summary(row, env, appliedBy=scope.actor.label, changes=to_json(out.changes)),
+        environment=env.key,
+    )
+    scope.applying = None
+    return out
+
+
+def _short(value: Any) -> str:
+    text = msgspec.json.encode(value).decode()
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+async def close(scope: Scope, request_id: str) -> s.ChangeRequest:
+    """Close an open or rejected request without applying it: its author, or an admin."""
+    scope.require(Permission.EDIT)
+    row, env = await _find(scope, request_id)
+    if scope.actor.identity != row.author_identity:
+        scope.require(Permission.ADMIN)
+    if row.status not in ("open", "rejected"):
+        raise ApiError(409, f"change request {row.id} is {row.status}, so cannot be closed")
+    before = _summary(row, env)
+    row.status = "closed"
+    row.reason = f"closed by {scope.actor.label}"
+    row.updated_at = utcnow()
+    await scope.session.flush()
+    out = await get(scope, row.id)
+    scope.audit(
+        "change_request.close",
+        "change_request",
+        row.id,
+        before=before,
+        after=_summary(row, env, reason=row.reason),
+        environment=env.key,
+    )
+    return out
+
+
+async def skip_due(scope: Scope, request_id: str, why: str) -> bool:
+    """A request's ``applyAt`` passed and it could not be applied: it stays open without a time,
+    with the reason (its author may set a new ``applyAt``, or someone applies it by hand)."""
+    scope.require(Permission.EDIT)
+    row, env = await _find(scope, request_id)
+    if row.status != "open" or row.apply_at is None:
+        return False
+    at = row.apply_at
+    row.apply_at = None
+    row.reason = f"not applied at {at.isoformat()}: {why}"
+    row.updated_at = utcnow()
+    await scope.session.flush()
+    scope.audit(
+        "change_request.skip",
+        "change_request",
+        row.id,
+        after=_summary(row, env, reason=row.reason),
+        environment=env.key,
+    )
+    return True

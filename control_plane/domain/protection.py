@@ -1,0 +1,69 @@
+"""Protected environments: the one gate every direct write of what a protected environment
+serves goes through (issue #34).
+
+An environment whose ``required_approvals`` is above 0 is protected: a flag's settings, rules,
+targets, prerequisites, rollout or toggle there, a schedule there, and a segment that a flag
+there uses, change only by applying an approved change request (``domain.changes``). The flag,
+segment and schedule services call :func:`refuse_unapproved` after their permission check
+(permission first, then protection: a viewer is told it lacks ``edit``, an editor or admin that
+the environment needs a change request). The change requests' apply marks its unit of work
+(``Scope.applying``), which this gate lets through. The kill switch is not gated here: turning a
+flag off is the flags' ``toggle``'s emergency path, under the permission ``turn-off``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import select
+
+from control_plane.db.models import Environment
+from control_plane.domain.common import Scope
+from control_plane.errors import ApiError, FieldError
+
+APPROVAL_REQUIRED = "approval_required"
+CHANGE_REQUESTS = "/api/v1/change-requests"
+
+
+def protected(env: Environment) -> bool:
+    return env.required_approvals > 0
+
+
+def refuse_unapproved(scope: Scope, env: Environment, what: str) -> None:
+    """409 ``approval_required`` if ``env`` is protected and this unit of work is not applying
+    an approved change request."""
+    if not protected(env) or scope.applying is not None:
+        return
+    raise _refusal(what, [env])
+
+
+async def refuse_unapproved_in(scope: Scope, environment_ids: Iterable[str], what: str) -> None:
+    """As :func:`refuse_unapproved`, for a change that alters what several environments serve
+    (a segment: every environment where a flag uses it)."""
+    ids = sorted(set(environment_ids))
+    if not ids or scope.applying is not None:
+        return
+    guarded = list(
+        await scope.session.scalars(
+            select(Environment)
+            .where(Environment.id.in_(ids), Environment.required_approvals > 0)
+            .order_by(Environment.key)
+        )
+    )
+    if guarded:
+        raise _refusal(what, guarded)
+
+
+def _refusal(what: str, environments: list[Environment]) -> ApiError:
+    names = ", ".join(
+        f"{env.key!r} ({env.required_approvals} approval{'s' if env.required_approvals > 1 else ''})"
+        for env in environments
+    )
+    return ApiError(
+        409,
+        f"{what}: environment {names} is protected, so the change needs approval: propose it "
+        f"as a change request (POST {CHANGE_REQUESTS}); turning a flag off stays immediate for "
+        "those who may turn off",
+        code=APPROVAL_REQUIRED,
+        details=[FieldError("environment", env.key) for env in environments],
+    )
