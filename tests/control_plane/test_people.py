@@ -195,3 +195,22 @@ def test_a_sign_in_link_from_another_site_is_refused(api: Api) -> None:
     assert answer.status_code == 403
     assert "vane_console" not in answer.headers.get("set-cookie", "")
     assert api.client.get(link).status_code == 200
+
+
+def test_vane_users_create_prints_a_one_time_link_that_signs_the_person_in(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from control_plane.entry.cli import main
+
+    monkeypatch.setenv("VANE_DATABASE_URL", api.database_url)
+    code = main(["users", "create", "--email", "Ops@Example.com", "--role", "editor"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "created editor ops@example.com" in out
+    link = next(line.strip() for line in out.splitlines() if "/console/welcome/" in line)
+    join(api, link.removeprefix("http://127.0.0.1:8000"), name="Ops")
+    [ops] = [p for p in api.get("/users").json()["people"] if p["email"] == "ops@example.com"]
+    assert (ops["role"], ops["name"]) == ("editor", "Ops")
+    again = main(["users", "create", "--email", "ops@example.com", "--role", "viewer"])
+    assert again == 1
+    assert "already a person" in capsys.readouterr().err

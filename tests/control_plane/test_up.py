@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -69,6 +70,21 @@ def test_vane_up_hides_the_relay_key_and_its_children_die_with_it(tmp_path: Path
         assert page.status_code == 200
         assert page.url.path == "/console/sign-in"
         assert "Management key" in page.text
+        # the first admin's one-time link: set a password there, and be signed in as them
+        link = up.wait_for_line(r"^\s+(http://\S+/console/welcome/\S+)$").group(1)
+        with httpx.Client(timeout=10, follow_redirects=True) as browser:
+            welcome = browser.get(link)
+            assert welcome.status_code == 200
+            assert "admin@localhost" in welcome.text
+            token = re.search(r'name="_login" value="([^"]+)"', welcome.text)
+            assert token is not None
+            joined = browser.post(
+                link, data={"_login": token.group(1), "password": "a long first password"}
+            )
+            assert joined.status_code == 200
+            assert joined.url.path == "/console/flags"
+            assert "admin@localhost" in joined.text
+            assert browser.get(link).status_code == 404  # once
         children = descendants(up.popen.pid)
         assert len(children) >= 2  # a control plane and a relay (and granian's workers)
         for pid in children:

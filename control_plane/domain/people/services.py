@@ -364,6 +364,7 @@ async def create_person(
         raise conflict(f"there is already a person with the email {email}")
     user = User(id=new_id("usr"), email=email, name=name[:200], state=ACTIVE)
     session.add(user)
+    await session.flush()  # before the rows naming it (no ORM relationship orders them)
     session.add(
         Membership(
             project_id=project_id,
