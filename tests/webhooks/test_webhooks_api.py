@@ -289,3 +289,23 @@ def test_an_attempt_connects_to_the_address_it_checked(
             assert elsewhere.types() == []
             assert answers == ["127.0.0.1"]  # resolved once, at the check
             assert checked.verified()[0].headers.get("host") == f"hooks.rebind.test:{port}"
+
+
+def test_an_invitation_reaches_webhooks_with_its_link_and_the_audit_keeps_none(
+    hooks_api: Api,
+) -> None:
+    """No mail server: ``user.invited`` carries the single-use link so a team can deliver it;
+    the audit entry of the invitation never holds it."""
+    api = hooks_api
+    with receiving(SECRET) as receiver:
+        create_hook(api, receiver, ["user.*"])
+        invited = api.post("/users/invitations", {"email": "new@example.com", "role": "editor"})
+        assert invited.status_code == 201, invited.text
+        url = invited.json()["url"]
+        eventually(lambda: receiver.types() == ["user.invited"], what="user.invited delivered")
+        [got] = receiver.verified()
+        data = got.payload["data"]
+        assert (data["email"], data["role"], data["url"]) == ("new@example.com", "editor", url)
+    entries = api.get("/audit", params={"action": "user.invite"}).json()["entries"]
+    assert len(entries) == 1
+    assert url.rsplit("/", 1)[1] not in str(entries)
