@@ -5,13 +5,14 @@ Run from the repository root::
     .venv/bin/python -m tests.benchmarks.bench_roles      # BASE=e13f1b0 TOGGLES=300 RELAYS=3
 
 Two trees in one run, each its own control plane (SQLite in a temporary directory) with
-``RELAYS`` relays: **before**, the code at ``BASE`` (the last commit before roles, checked out
-with ``git worktree`` into the temporary directory and put first on ``PYTHONPATH``), and
-**after**, this tree. On each, ``TOGGLES`` toggles of one flag in production, one at a time,
-each timed from its request to its response (the API write: the key's lookup, now with its
-role and person; the permission check; the write; the publish) and to every relay's event
-stream announcing it (the kill switch's path). After, the same with a person's personal token
-(the lookup joins the person and their membership). The target: the role check adds at most
+``RELAYS`` relays, running side by side: **before**, the code at ``BASE`` (the last commit
+before roles, checked out with ``git worktree`` into the temporary directory and put first on
+``PYTHONPATH``), and **after**, this tree, called with its management key and with a person's
+personal token (whose lookup joins the person and their membership). Each side gets
+``TOGGLES`` toggles of one flag in production, one at a time, in ten interleaved rounds (so
+what else the machine does falls on every side alike), each timed from its request to its
+response (the API write: the key's lookup, now with its role; the permission check; the write;
+the publish) and to every relay's event stream announcing it (the kill switch's path). The target: the role check adds at most
 1 ms to the write's p95, and the kill switch's path is unchanged.
 """
 
@@ -36,7 +37,6 @@ from tests.benchmarks.common import (
     log,
     percentile,
     print_table,
-    stop_all,
     wait_quiet,
 )
 from tests.e2e.test_relays import ControlPlane, eventually, start_control_plane
@@ -62,25 +62,43 @@ def _person_token(cp: ControlPlane) -> str:
         return token.group(1)
 
 
-def _measure(
-    label: str, cp: ControlPlane, urls: list[str], toggles: int
-) -> tuple[list[Row], float]:
-    result, _ = asyncio.run(
-        propagation(cp, urls, flag=FLAG, enabled=False, toggles=toggles, method="sse")
-    )
-    write = Spread.of(result.toggle_ms)
-    p95 = percentile(result.toggle_ms, 95)
-    path = Spread.of(result.from_start)
-    rows = [
-        Row(f"{label}: toggle write (request → response), p95 {p95:.2f} ms", write.text(2)),
-        Row(f"{label}: toggle request → every relay (kill switch path)", path.text(1)),
-    ]
-    return rows, p95
+@dataclasses.dataclass
+class Side:
+    label: str
+    cp: ControlPlane
+    urls: list[str]
+    write_ms: list[float] = dataclasses.field(default_factory=list)
+    path_ms: list[float] = dataclasses.field(default_factory=list)
+    enabled: bool = False
+
+    def measure(self, toggles: int) -> None:
+        result, self.enabled = asyncio.run(
+            propagation(
+                self.cp, self.urls, flag=FLAG, enabled=self.enabled, toggles=toggles, method="sse"
+            )
+        )
+        self.write_ms += result.toggle_ms
+        self.path_ms += result.from_start
+
+    def p95(self) -> float:
+        return percentile(self.write_ms, 95)
+
+    def rows(self) -> list[Row]:
+        return [
+            Row(
+                f"{self.label}: toggle write (request → response), p95 {self.p95():.2f} ms",
+                Spread.of(self.write_ms).text(2),
+            ),
+            Row(
+                f"{self.label}: toggle request → every relay (kill switch path)",
+                Spread.of(self.path_ms).text(1),
+            ),
+        ]
 
 
 def _tree(
-    label: str, tmp: Path, cleanup: Cleanup, relays: int, toggles: int, *, base: Path | None
-) -> tuple[list[Row], dict[str, float]]:
+    label: str, tmp: Path, cleanup: Cleanup, relays: int, base: Path | None
+) -> tuple[ControlPlane, list[str]]:
     env = {"PYTHONPATH": str(base)} if base else {}
     work = tmp / label
     work.mkdir()
@@ -91,22 +109,14 @@ def _tree(
     cp.api("POST", "/flags", {"key": FLAG}).raise_for_status()
     for relay in started:
         eventually(partial(_has_flag, relay, cp.keys["public"]), timeout=60, what=relay.url)
-    urls = [r.url for r in started]
-    wait_quiet()
-    rows, key_p95 = _measure(f"{label}, management key", cp, urls, toggles)
-    p95s = {"key": key_p95}
-    if base is None:
-        person = dataclasses.replace(cp, keys={**cp.keys, "management": _person_token(cp)})
-        more, person_p95 = _measure(f"{label}, a person's token", person, urls, toggles)
-        rows += more
-        p95s["person"] = person_p95
-    return rows, p95s
+    return cp, [relay.url for relay in started]
 
 
 def main() -> None:
     base_commit = os.environ.get("BASE", "e13f1b0")
     toggles = int(os.environ.get("TOGGLES", "300"))
     relays = int(os.environ.get("RELAYS", "3"))
+    rounds = 10
     with tempfile.TemporaryDirectory(prefix="vane-bench-roles-") as tmp, Cleanup() as cleanup:
         tmp_path = Path(tmp)
         base = tmp_path / "base-tree"
@@ -116,36 +126,42 @@ def main() -> None:
             capture_output=True,
         )
         try:
-            before, base_p95 = _tree("before", tmp_path, cleanup, relays, toggles, base=base)
-            stop_all(cleanup.processes)  # one tree at a time on the machine
-            cleanup.processes.clear()
-            after, head_p95 = _tree("after", tmp_path, cleanup, relays, toggles, base=None)
+            before, before_urls = _tree("before", tmp_path, cleanup, relays, base)
+            after, after_urls = _tree("after", tmp_path, cleanup, relays, None)
+            person = dataclasses.replace(
+                after, keys={**after.keys, "management": _person_token(after)}
+            )
+            sides = [
+                Side("before, management key", before, before_urls),
+                Side("after, management key", after, after_urls),
+                Side("after, a person's token", person, after_urls),
+            ]
+            wait_quiet()
+            # interleaved rounds: what else the machine does falls on every side alike
+            for n in range(rounds):
+                log(f"round {n + 1} of {rounds}")
+                for side in sides:
+                    side.measure(toggles // rounds)
         finally:
             subprocess.run(
                 ["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
                 check=False,
                 capture_output=True,
             )
-    added = head_p95["key"] - base_p95["key"]
-    added_person = head_p95["person"] - base_p95["key"]
+    base_p95 = sides[0].p95()
     verdict = [
         Row(
-            "roles: added to the write's p95 (management key)",
-            f"{added:+.2f} ms",
+            f"roles: added to the write's p95 ({side.label.removeprefix('after, ')})",
+            f"{side.p95() - base_p95:+.2f} ms",
             "target ≤ 1 ms",
-            "met" if added <= 1 else "NOT met",
-        ),
-        Row(
-            "roles: added to the write's p95 (a person's token)",
-            f"{added_person:+.2f} ms",
-            "target ≤ 1 ms",
-            "met" if added_person <= 1 else "NOT met",
-        ),
+            "met" if side.p95() - base_p95 <= 1 else "NOT met",
+        )
+        for side in sides[1:]
     ]
     print_table(
-        f"People and roles: before ({base_commit}) and after, same run, {toggles} toggles, "
-        f"{relays} relays",
-        [*before, *after, *verdict],
+        f"People and roles: before ({base_commit}) and after, same run, {toggles} toggles each "
+        f"in {rounds} interleaved rounds, {relays} relays each",
+        [row for side in sides for row in side.rows()] + verdict,
         notes=[
             "Each toggle waits for every relay's event before the next (20-100 ms apart).",
             "The kill switch's path is request sent → the relay's OFREP event stream announcing it.",
