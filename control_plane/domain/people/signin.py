@@ -148,6 +148,8 @@ async def first_project_principal(session: AsyncSession, user_id: str) -> Princi
 
 
 async def _failed(session: AsyncSession, email: str, address: str, user: User | None) -> None:
+    # what throttling no longer counts is forgotten as new failures come (the table stays small)
+    await session.execute(delete(SignInFailure).where(SignInFailure.at <= utcnow() - WINDOW))
     session.add(SignInFailure(id=new_id("sif"), email=email, address=address))
     reason = (
         "unknown email"
