@@ -115,6 +115,9 @@ class View:
                 "metadata": metadata,
             }
         variant = evaluation.variation_name or str(evaluation.variation)
+        if evaluation.reason is Reason.PREREQUISITE_FAILED and evaluation.prerequisite_key:
+            # OFREP's reasons have none for it: DISABLED (the off variation), and which one
+            metadata["prerequisiteFailed"] = evaluation.prerequisite_key
         return {
             "key": key,
             "value": evaluation.value,

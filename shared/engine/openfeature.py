@@ -20,8 +20,8 @@ PREREQUISITE_FAILED maps to DISABLED: the flag serves its off variation, exactly
 switched off, because a prerequisite flag is off or serves another variation for this context.
 A prerequisite acts as an upstream kill switch, so "disabled" is what a caller should conclude;
 OpenFeature has no prerequisite reason and DISABLED is in OFREP's reason enum. The failing
-prerequisite's key remains available in ``Evaluation.prerequisite_key`` (a relay can put it in
-the OFREP ``metadata``).
+prerequisite's key is in ``Evaluation.prerequisite_key``, and a relay's OFREP answer names it in
+its ``metadata`` as ``prerequisiteFailed`` (``relay/routes/views.py``).
 
 SPLIT is OpenFeature's "pseudorandom assignment", i.e. the value came from a percentage rollout.
 """

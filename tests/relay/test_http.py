@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from relay.prometheus import RelayMetrics
@@ -15,7 +16,7 @@ from relay.store import EnvironmentState, Store
 from shared.engine import Reason, compile_snapshot, evaluate, evaluate_all, openfeature_reason
 from shared.keys import hash_token
 from shared.wire.protocol import AccessKey
-from shared.wire.snapshot import FlagSnapshot, Serve, Snapshot, Variation
+from shared.wire.snapshot import FlagSnapshot, Prerequisite, Serve, Snapshot, Variation
 from tests.relay.helpers import (
     ENV,
     LISTED,
@@ -235,6 +236,32 @@ async def test_ofrep_single_reasons(relay: Relay) -> None:
         split = await one("banner-text", {"targetingKey": "u", "country": "CA"})
         assert split["reason"] == "SPLIT"
         assert split["variant"] in {"hello", "2"}
+
+
+async def test_ofrep_names_the_prerequisite_that_turned_a_flag_off(relay: Relay) -> None:
+    """Issue #35: an enabled flag whose prerequisite is off answered ``DISABLED`` and nothing
+    more. OFREP's reasons have no prerequisite one, so the reason stays the closest
+    (``DISABLED``: it serves its off variation) and the metadata names the prerequisite, in
+    the single and the bulk answer alike; a flag off by itself names none."""
+    snapshot = build_snapshot()
+    flags = dict(snapshot.flags)
+    flags["banner-text"] = msgspec.structs.replace(
+        flags["banner-text"], prerequisites=(Prerequisite(key="new-checkout", variation=0),)
+    )
+    relay.store.swap(
+        EnvironmentState.build(msgspec.structs.replace(snapshot, flags=flags), public_access())
+    )
+    context = {"context": {"targetingKey": "u", "country": "CA"}}
+    async with relay.client() as client:
+        single = (await client.post(f"{BULK}/banner-text", json=context, headers=auth())).json()
+        bulk = (await client.post(BULK, json=context, headers=auth())).json()["flags"]
+        off = (await client.post(f"{BULK}/new-checkout", json=context, headers=auth())).json()
+    [item] = [f for f in bulk if f["key"] == "banner-text"]
+    for answer in (single, item):
+        assert answer["reason"] == "DISABLED"
+        assert answer["metadata"]["prerequisiteFailed"] == "new-checkout"
+    assert off["reason"] == "DISABLED"
+    assert "prerequisiteFailed" not in off["metadata"]
 
 
 async def test_ofrep_single_errors(relay: Relay) -> None:
