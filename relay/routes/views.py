@@ -105,7 +105,7 @@ class View:
         return item
 
     def ofrep_object(self, key: str, evaluation: Evaluation) -> dict[str, Any]:
-        metadata = {"version": self.state.version}
+        metadata: dict[str, Any] = {"version": self.state.version}
         code = ofrep_error_code(evaluation)
         if code is not None:
             return {
