@@ -250,6 +250,28 @@ async def use_link(session: AsyncSession, token: str, name: str, password: str) 
 # ------------------------------------------------------------------ the identity provider
 
 
+async def _vouched_person(
+    session: AsyncSession, subject: str, email: str, name: str
+) -> User | Refused:
+    """The person of ``subject``, else of the verified ``email`` (linked to the subject now),
+    else a new one (not yet flushed); refused if deactivated or the email is another's."""
+    user = await session.scalar(select(User).where(User.sso_subject == subject))
+    if user is None:
+        user = await session.scalar(select(User).where(User.email == email))
+        if user is not None and user.sso_subject not in (None, subject):
+            return Refused("This email belongs to another identity at the provider.")
+    if user is None:
+        user = User(
+            id=new_id("usr"), email=email, name=name[:200], state=ACTIVE, sso_subject=subject
+        )
+        session.add(user)
+        return user
+    if user.state != ACTIVE:
+        return Refused("This account is deactivated: ask an admin.")
+    user.sso_subject = subject
+    return user
+
+
 async def sign_in_with_sso(
     session: AsyncSession,
     *,
@@ -265,21 +287,10 @@ async def sign_in_with_sso(
     ``default_role``. A role the provider's claim maps to is theirs at every sign-in."""
     role = Role(role) if role is not None else None
     default_role = Role(default_role)
-    user = await session.scalar(select(User).where(User.sso_subject == subject))
-    if user is None:
-        user = await session.scalar(select(User).where(User.email == email))
-        if user is not None and user.sso_subject not in (None, subject):
-            return Refused("This email belongs to another identity at the provider.")
-    joined = False
-    if user is None:
-        user = User(
-            id=new_id("usr"), email=email, name=name[:200], state=ACTIVE, sso_subject=subject
-        )
-        session.add(user)
-        joined = True
-    elif user.state != ACTIVE:
-        return Refused("This account is deactivated: ask an admin.")
-    user.sso_subject = subject
+    user = await _vouched_person(session, subject, email, name)
+    if isinstance(user, Refused):
+        return user
+    joined = False  # a new person has no membership yet: they join below
     project_id = await session.scalar(
         select(Membership.project_id)
         .where(Membership.user_id == user.id)
