@@ -50,13 +50,21 @@ def _may(scope: Scope, request: s.ChangeRequest) -> dict[str, bool]:
 
 
 def _diff_rows(change: s.FlagChange) -> list[dict[str, Any]]:
-    """Each field the request sets: live before, proposed after, and (for a nested value) the
-    leaves that differ, so a one-clause edit of a long rule list reads as that one clause."""
-    rows = []
+    """Each field the request sets, live before and proposed after; a nested value changed
+    (a rule list, a rollout) as the leaves that differ, each a row named by its path, so that a
+    one-clause edit of a long rule list reads as that one clause."""
+    moved = {m.field for m in change.moved}
+    rows: list[dict[str, Any]] = []
     for item in change.diff:
-        leaves = leaf_changes(item.before, item.after) if item.changed else []
-        nested = isinstance(item.before, (dict, list)) or isinstance(item.after, (dict, list))
-        rows.append({"diff": item, "leaves": leaves if nested else []})
+        nested = isinstance(item.before, (dict, list)) and isinstance(item.after, (dict, list))
+        leaves = leaf_changes(item.before, item.after) if item.changed and nested else []
+        common = {"changed": item.changed, "moved": item.field in moved}
+        if not leaves:
+            rows.append({"field": item.field, "before": item.before, "after": item.after, **common})
+        for leaf in leaves:
+            path = leaf.path if leaf.path.startswith("[") else f".{leaf.path}"
+            field = item.field + ("" if leaf.path == "(whole)" else path)
+            rows.append({"field": field, "before": leaf.before, "after": leaf.after, **common})
     return rows
 
 
