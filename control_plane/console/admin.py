@@ -11,6 +11,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
+from control_plane.access import Permission
 from control_plane.console import forms
 from control_plane.console.diff import changes
 from control_plane.console.pages import ListPage, do
@@ -19,6 +20,7 @@ from control_plane.domain.audit import services as audit
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import schemas as env_s
 from control_plane.domain.environments import services as environments
+from control_plane.domain.environments.services import MAX_APPROVALS
 from control_plane.domain.keys import schemas as key_s
 from control_plane.domain.keys import services as keys
 from control_plane.domain.metrics import schemas as metric_s
@@ -219,7 +221,11 @@ class EnvironmentPages(ListPage):
 
     async def context(self, scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
         found = await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)
-        return {"environments": found.items}
+        return {
+            "environments": found.items,
+            "is_admin": scope.holds(Permission.ADMIN),
+            "max_approvals": MAX_APPROVALS,
+        }
 
     @get("/")
     async def environments(self, request: Request[Any, Any, Any], who: Who) -> Template:
@@ -248,6 +254,22 @@ class EnvironmentPages(ListPage):
     ) -> Response[Any]:
         form = await request.form()
         body = env_s.EnvironmentPatch(critical=forms.text(form, "critical") == "true")
+        return await self.write(
+            request,
+            who,
+            lambda scope: environments.patch_environment(scope, key, body),
+            done=lambda _: "/console/environments",
+            version=forms.text(form, "version"),
+        )
+
+    @post("/{key:str}/approvals")
+    async def approvals(
+        self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
+    ) -> Response[Any]:
+        """How many approvals a change there needs (0: none, the environment is not protected)."""
+        form = await request.form()
+        wanted = forms.text(form, "requiredApprovals").strip()
+        body = env_s.EnvironmentPatch(required_approvals=int(wanted) if wanted.isdigit() else -1)
         return await self.write(
             request,
             who,

@@ -16,6 +16,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
+from control_plane.access import Permission
 from control_plane.console import forms
 from control_plane.console.diff import changes
 from control_plane.console.web import (
@@ -30,6 +31,8 @@ from control_plane.console.web import (
     writing,
 )
 from control_plane.domain.audit import services as audit
+from control_plane.domain.changes import schemas as changes_s
+from control_plane.domain.changes import services as change_requests
 from control_plane.domain.coderefs import services as coderefs
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import services as environments
@@ -37,10 +40,11 @@ from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services
 from control_plane.domain.metrics import flag_metrics
 from control_plane.domain.paging import MAX_LIMIT
+from control_plane.domain.protection import protected
 from control_plane.domain.schedules import schemas as schedules_s
 from control_plane.domain.schedules import services as schedules
 from control_plane.domain.segments import services as segments
-from control_plane.errors import ApiError, FieldError
+from control_plane.errors import ApiError, FieldError, stale_version
 
 PAGE_SIZE = 50
 PREREQUISITE_ROWS = 3  # rows of the prerequisites form (one more than a flag usually has)
@@ -102,6 +106,7 @@ class FlagPages(Controller):
                 )
             except ApiError as exc:
                 return error_page(request, who, exc, "Flags")
+            may = _may(scope)
         query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
         template = "flags_main.html" if request.headers.get(FRAGMENT) else "flags.html"
         return page(
@@ -114,6 +119,7 @@ class FlagPages(Controller):
             filters=filters,
             next_cursor=found.next_cursor,
             query=query,
+            may=may,
         )
 
     @post("/")
@@ -145,6 +151,7 @@ class FlagPages(Controller):
                 found = await services.list_flags(
                     scope, _flag_filter(_filters(request)), limit=PAGE_SIZE, cursor=None
                 )
+                may = _may(scope)
             return page(
                 request,
                 who,
@@ -156,6 +163,7 @@ class FlagPages(Controller):
                 filters=_filters(request),
                 next_cursor=found.next_cursor,
                 query="",
+                may=may,
                 create_error=exc.message,
                 create_errors=field_errors(exc.details),
                 create_form=dict(form),
@@ -184,6 +192,12 @@ class FlagPages(Controller):
             except ApiError as exc:
                 return error_page(request, who, exc, key)
         back = back_to(request, f"/console/flags/{key}?env={env}")
+        if enabled and protected(environment):
+            # turning on where approvals are required is proposed, never done at once
+            settings = s.EnvironmentSettingsIn(enabled=True)
+            return await self._propose_or_write(
+                request, who, key, env, form, "toggle", settings=settings, title=f"Turn {key} on"
+            )
         if environment.critical and forms.text(form, "confirm") != "yes":
             return page(
                 request,
@@ -220,12 +234,9 @@ class FlagPages(Controller):
                 forms.text(form, "fallthrough"), weights, forms.text(form, "bucketBy")
             ),
         )
-        try:
-            async with writing(request, who, version=forms.text(form, "version")) as scope:
-                await services.put_settings(scope, key, env, body)
-        except ApiError as exc:
-            return await self._failed(request, who, key, env, exc, "settings", dict(form))
-        return Redirect(f"/console/flags/{key}?env={env}", status_code=303)
+        return await self._propose_or_write(
+            request, who, key, env, form, "settings", settings=body, typed=dict(form)
+        )
 
     @post("/{key:str}/environments/{env:str}/targets")
     async def targets(
@@ -239,14 +250,10 @@ class FlagPages(Controller):
                 keys = [line.strip() for line in str(value).splitlines() if line.strip()]
                 if idx.isdigit() and keys:
                     targets.append(s.TargetIn(variation=int(idx), values=keys))
-        try:
-            async with writing(request, who, version=forms.text(form, "version")) as scope:
-                await services.put_settings(
-                    scope, key, env, s.EnvironmentSettingsIn(targets=targets)
-                )
-        except ApiError as exc:
-            return await self._failed(request, who, key, env, exc, "targets", dict(form))
-        return Redirect(f"/console/flags/{key}?env={env}", status_code=303)
+        body = s.EnvironmentSettingsIn(targets=targets)
+        return await self._propose_or_write(
+            request, who, key, env, form, "targets", settings=body, typed=dict(form)
+        )
 
     @post("/{key:str}/environments/{env:str}/prerequisites")
     async def prerequisites(
@@ -261,12 +268,9 @@ class FlagPages(Controller):
                 number = int(variation) if variation.lstrip("-").isdigit() else -1
                 wanted.append(s.PrerequisiteIn(key=flag_key, variation=number))
         body = s.EnvironmentSettingsIn(prerequisites=wanted)
-        try:
-            async with writing(request, who, version=forms.text(form, "version")) as scope:
-                await services.put_settings(scope, key, env, body)
-        except ApiError as exc:
-            return await self._failed(request, who, key, env, exc, "prerequisites", dict(form))
-        return Redirect(f"/console/flags/{key}?env={env}#prerequisites", status_code=303)
+        return await self._propose_or_write(
+            request, who, key, env, form, "prerequisites", settings=body, typed=dict(form)
+        )
 
     @post("/{key:str}/environments/{env:str}/rules")
     async def rules(
@@ -281,14 +285,16 @@ class FlagPages(Controller):
             context["rule_forms"] = forms.edit_rules(typed, action)
             context["rules_version"] = forms.text(form, "version") or context["rules_version"]
             return page(request, who, "flag.html", title=key, **context)
-        try:
-            async with writing(request, who, version=forms.text(form, "version")) as scope:
-                await services.put_rules(
-                    scope, key, env, s.RulesIn(rules=[rule.to_api() for rule in typed])
-                )
-        except ApiError as exc:
-            return await self._failed(request, who, key, env, exc, "rules", rule_forms=typed)
-        return Redirect(f"/console/flags/{key}?env={env}#rules", status_code=303)
+        return await self._propose_or_write(
+            request,
+            who,
+            key,
+            env,
+            form,
+            "rules",
+            rules=[rule.to_api() for rule in typed],
+            rule_forms=typed,
+        )
 
     @post("/{key:str}/environments/{env:str}/schedules")
     async def schedule(
@@ -366,6 +372,40 @@ class FlagPages(Controller):
             return await self._failed(request, who, key, None, exc, "archive")
         return Redirect(f"/console/flags/{key}", status_code=303)
 
+    async def _propose_or_write(
+        self,
+        request: Request[Any, Any, Any],
+        who: Who,
+        key: str,
+        env: str,
+        form: Any,
+        form_name: str,
+        *,
+        settings: s.EnvironmentSettingsIn | None = None,
+        rules: list[s.RuleIn] | None = None,
+        typed: dict[str, Any] | None = None,
+        rule_forms: list[forms.RuleForm] | None = None,
+        title: str = "",
+    ) -> Response[Any]:
+        """A form of the flag page: written at once, or, in an environment that requires
+        approvals, proposed as a change request of the same body (then its review page)."""
+        try:
+            async with writing(request, who, version=forms.text(form, "version")) as scope:
+                environment = await scope.environment(env)
+                if protected(environment):
+                    proposed = await _propose(scope, key, env, form, settings, rules, title)
+                    return Redirect(f"/console/change-requests/{proposed.id}", status_code=303)
+                if settings is not None:
+                    await services.put_settings(scope, key, env, settings)
+                if rules is not None:
+                    await services.put_rules(scope, key, env, s.RulesIn(rules=rules))
+        except ApiError as exc:
+            return await self._failed(
+                request, who, key, env, _unprefixed(exc), form_name, typed, rule_forms
+            )
+        anchor = {"rules": "#rules", "prerequisites": "#prerequisites"}.get(form_name, "")
+        return Redirect(f"/console/flags/{key}?env={env}{anchor}", status_code=303)
+
     async def _failed(
         self,
         request: Request[Any, Any, Any],
@@ -402,6 +442,60 @@ class FlagPages(Controller):
             typed=typed or {},
             **context,
         )
+
+
+async def _propose(
+    scope: Scope,
+    key: str,
+    env: str,
+    form: Any,
+    settings: s.EnvironmentSettingsIn | None,
+    rules: list[s.RuleIn] | None,
+    title: str,
+) -> changes_s.ChangeRequest:
+    """A change request of the form's body, based on the flag setting the form was shown (a
+    form older than what is live is the same 412 a direct write gets, nothing proposed)."""
+    live = await services.get_settings(scope, key, env)
+    version = forms.text(form, "version")
+    if version and version != str(live.version):
+        raise stale_version(live.version)
+    body = changes_s.ChangeRequestCreate(
+        environment=env,
+        title=forms.text(form, "title").strip() or f"{title or f'Change {key}'} in {env}",
+        description=forms.text(form, "description"),
+        changes=[changes_s.FlagChangeIn(flag=key, settings=settings, rules=rules)],
+    )
+    return await change_requests.create(scope, body)
+
+
+def _unprefixed(exc: ApiError) -> ApiError:
+    """A change request's error about its one flag (``changes[0].fallthrough``) named as the
+    flag page's field (``fallthrough``), so the page shows it beside its input."""
+    prefixes = ("changes[0].settings.", "changes[0].")
+    details = []
+    for detail in exc.details:
+        name = detail.field
+        for prefix in prefixes:
+            if name.startswith(prefix):
+                name = name[len(prefix) :]
+                break
+        details.append(FieldError(name, detail.message))
+    return ApiError(
+        exc.status,
+        exc.message,
+        code=exc.code,
+        details=details,
+        current_version=exc.current_version,
+    )
+
+
+def _may(scope: Scope) -> dict[str, bool]:
+    """Which of the page's forms the signed-in person may use (shown or not; the services
+    refuse the rest whatever is shown)."""
+    return {
+        "edit": scope.holds(Permission.EDIT),
+        "turn_off": scope.holds(Permission.TURN_OFF),
+    }
 
 
 def _instant(text: str) -> datetime | None:
@@ -443,10 +537,21 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
     attached = await flag_metrics.flag_metric_keys(scope, key)
     prerequisites = [{"key": p.key, "variation": p.variation} for p in settings.prerequisites]
     prerequisites += [{"key": "", "variation": ""}] * max(0, PREREQUISITE_ROWS - len(prerequisites))
+    environment = next((e for e in envs if e.key == current), None)
+    required = environment.required_approvals if environment is not None else 0
+    pending = []
+    if required:
+        found = await change_requests.list_requests(
+            scope, "open", current, limit=MAX_LIMIT, cursor=None
+        )
+        pending = [cr for cr in found.items if any(c.flag == key for c in cr.changes)]
     return {
         "flag": flag,
         "environments": envs,
         "env": current,
+        "required_approvals": required,
+        "pending_requests": pending,
+        "may": _may(scope),
         "critical": next((e.critical for e in envs if e.key == current), False),
         "settings": settings,
         "fallthrough": {"choice": choice, "weights": weights, "bucket_by": bucket},

@@ -21,6 +21,7 @@ from control_plane.console.admin import (
     SegmentPages,
     WebhookPages,
 )
+from control_plane.console.changes import ChangeRequestPages
 from control_plane.console.experiments import ExperimentPages
 from control_plane.console.flags import FlagPages
 from control_plane.console.people import PeoplePages
@@ -127,6 +128,7 @@ def console_router() -> Router:
             sign_out_submit,
             live,
             FlagPages,
+            ChangeRequestPages,
             SegmentPages,
             ExperimentPages,
             MetricPages,

@@ -41,8 +41,9 @@ def database_of(site: Site) -> Path:
 def sign_in(page: Any, site: Site, key: str | None = None) -> None:
     page.goto(site.cp.url + "/")
     assert "/console/sign-in" in page.url
+    page.get_by_text("Sign in with a management key instead").click()  # people sign in above
     page.get_by_label("Management key").fill(key or site.cp.keys["management"])
-    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("button", name="Sign in with the key").click()
     page.wait_for_url("**/console/flags")
 
 

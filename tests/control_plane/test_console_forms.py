@@ -245,7 +245,27 @@ def sign_in(api: Api) -> str:
 
 def seed(api: Api) -> None:
     seed_things(api)
-    person(api, "walker@example.com", "editor")  # a person for the People page's forms
+    walker = person(api, "walker@example.com", "editor")  # a person for the People page's forms
+    seed_change_requests(api, walker)
+
+
+def seed_change_requests(api: Api, author: str) -> None:
+    """A protected environment (the flag page's forms there propose change requests) and two
+    requests in it by ``author`` (a person's token): one to review, one approved by the
+    management key the walk signs in with (so its page offers Apply)."""
+    made = api.post("/environments", {"key": "walk-protected", "requiredApprovals": 1})
+    assert made.status_code == 201, made.text
+    for title, approve in (("Walk review", False), ("Walk apply", True)):
+        body = {
+            "environment": "walk-protected",
+            "title": title,
+            "changes": [{"flag": "walk", "settings": {"enabled": True}}],
+        }
+        created = api.post("/change-requests", body, key=author)
+        assert created.status_code == 201, created.text
+        if approve:
+            approved = api.post(f"/change-requests/{created.json()['id']}/approve", {})
+            assert approved.status_code == 200, approved.text
 
 
 def seed_things(api: Api) -> None:
@@ -298,6 +318,8 @@ def test_every_console_form_answers_a_page_or_a_redirect_with_its_optional_field
     }
     missing = writes - posted - {"/console/sign-in", REDELIVER, *PERSON_ONLY}
     assert not missing, missing
+    # the flag page's forms in a protected environment (they propose a change request, titled)
+    assert any("title" in names(form) and "walk-protected" in form.action for form in found)
     found.sort(key=lambda form: any(form.action.endswith(end) for end in LAST))
     sign_out = [form for form in found if form.action == "/console/sign-out"]
     tried = 0
