@@ -395,6 +395,14 @@ def test_every_screen_has_no_serious_accessibility_violation(
     page.goto(site.cp.url + "/console/sign-in")
     assert serious_violations(page, axe_source) == []
     shot(page, "sign-in")
+    # an invitation's page, as the invited person first sees it
+    invited = site.api(
+        "POST", "/users/invitations", {"email": "a11y@example.com", "role": "editor"}
+    )
+    assert invited.status_code == 201, invited.text
+    page.goto(invited.json()["url"])
+    assert serious_violations(page, axe_source) == []
+    shot(page, "welcome")
     sign_in(page, site)
     if site.api("GET", "/experiments/a11y-exp").status_code == 404:
         body = {"name": "A11y", "key": "a11y-exp", "goal": "signup"}
@@ -413,6 +421,7 @@ def test_every_screen_has_no_serious_accessibility_violation(
         "environments": "/console/environments",
         "keys": "/console/keys",
         "webhooks": "/console/webhooks",
+        "people": "/console/people",
         "audit": "/console/audit",
     }
     for name, path in screens.items():
@@ -425,6 +434,7 @@ def test_every_screen_has_no_serious_accessibility_violation(
             "metrics",
             "environments",
             "webhooks",
+            "people",
             "audit",
         ):
             shot(page, name)
