@@ -16,6 +16,7 @@ from litestar.di import NamedDependency
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from control_plane.access import Permission, holds
 from control_plane.auth import REQUEST_SESSION, request_session
 from control_plane.console import forms
 from control_plane.console.sessions import COOKIE, SignedIn, signed_in
@@ -174,12 +175,31 @@ def page(
     status: int = 200,
     **context: Any,
 ) -> Template:
-    """A console page: ``template`` with what every page shows (who, the CSRF token, the nav)."""
+    """A console page: ``template`` with what every page shows (who, the CSRF token, the nav,
+    and ``may``: the permissions the person holds, so a page offers only what they may do; the
+    services refuse the rest anyway, hiding is never the safety)."""
     return Template(
         template_name=template,
-        context={"who": who, "csrf": who.csrf if who else "", "path": request.url.path, **context},
+        context={
+            "who": who,
+            "csrf": who.csrf if who else "",
+            "path": request.url.path,
+            "may": may_of(who),
+            **context,
+        },
         status_code=status,
     )
+
+
+def may_of(who: SignedIn | None) -> dict[str, bool]:
+    """``{"edit": …, "admin": …, "turn_off": …}`` for the signed-in person (all False without)."""
+    if who is None:
+        return {permission.name.lower(): False for permission in Permission}
+    principal = who.principal
+    return {
+        permission.name.lower(): holds(principal.role, principal.may_turn_off, permission)
+        for permission in Permission
+    }
 
 
 def error_page(

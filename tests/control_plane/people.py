@@ -42,12 +42,12 @@ def join(api: Api, path: str, *, password: str = PASSWORD, name: str = "") -> st
 
 def person(api: Api, email: str, role: str) -> str:
     """A person with ``role`` who has joined; their personal token (full role)."""
-    saved = api.client.cookies.get("vane_console")
+    saved = [cookie for cookie in api.client.cookies.jar if cookie.name == "vane_console"]
     join(api, invite(api, email, role))
     token = console_token(api, f"{email} token")
     api.client.cookies.delete("vane_console")
-    if saved:
-        api.client.cookies.set("vane_console", saved, path="/console")
+    for cookie in saved:  # as it was (its domain too: a second cookie of the name would linger)
+        api.client.cookies.jar.set_cookie(cookie)
     return token
 
 

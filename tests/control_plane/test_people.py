@@ -4,6 +4,8 @@ deactivated, they stop at their next request. Over HTTP, as a team would use it.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.conftest import Api
@@ -214,3 +216,39 @@ def test_vane_users_create_prints_a_one_time_link_that_signs_the_person_in(
     again = main(["users", "create", "--email", "ops@example.com", "--role", "viewer"])
     assert again == 1
     assert "already a person" in capsys.readouterr().err
+
+
+def test_the_console_offers_a_person_only_what_their_role_may_do(api: Api) -> None:
+    """The pages hide what a role may not do (the services refuse it anyway: see
+    test_roles_everywhere): a viewer meets no form that writes, an editor none of an admin's."""
+    assert api.post("/segments", {"key": "vips", "included": ["u1"]}).status_code == 201
+    assert (
+        api.post("/webhooks", {"url": "https://example.com/h", "events": ["*"]}).status_code == 201
+    )
+    pages = [
+        "/console/flags",
+        "/console/segments",
+        "/console/metrics",
+        "/console/experiments",
+        "/console/environments",
+        "/console/keys",
+        "/console/webhooks",
+        "/console/people",  # a viewer keeps their own tokens and sessions there
+    ]
+    person(api, "vi@example.com", "viewer")
+    assert sign_in_form(api, "vi@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    for path in pages:
+        html = api.client.get(path).text
+        posts = re.findall(r'<form method="post" action="([^"]+)"', html)
+        own = [p for p in posts if p.startswith("/console/people/tokens")]  # their own tokens
+        own += [p for p in posts if p.endswith("/sign-out-everywhere")]  # and sessions
+        assert [p for p in posts if p not in own] == ["/console/sign-out"], (path, posts)
+    segment = api.client.get("/console/segments/vips").text
+    assert '<fieldset class="bare" disabled>' in segment
+    person(api, "ed2@example.com", "editor")
+    assert sign_in_form(api, "ed2@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    for path in ("/console/environments", "/console/keys", "/console/webhooks"):
+        html = api.client.get(path).text
+        posts = re.findall(r'<form method="post" action="([^"]+)"', html)
+        assert posts == ["/console/sign-out"], (path, posts)
+    assert 'action="/console/segments/"' in api.client.get("/console/segments").text
