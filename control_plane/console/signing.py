@@ -83,18 +83,24 @@ def sign_in_form(
 ) -> Template:
     """The sign-in form, carrying a token also set as a cookie (double submit): a sign-in
     posted from another site (login CSRF) lacks it."""
-    token = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(24)
-    response = page(
+    return _with_login_token(
         request,
-        None,
         "sign_in.html",
         status=status,
         title="Sign in",
         next=target,
         error=error,
-        login_token=token,
         sso=provider_name(request.app.state.settings.sso),
     )
+
+
+def _with_login_token(
+    request: Request[Any, Any, Any], template: str, *, status: int, **context: Any
+) -> Template:
+    """A form posted without a session (signing in, joining by a link), with the double-submit
+    token (``login_token``) it carries and the cookie it must match."""
+    token = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(24)
+    response = page(request, None, template, status=status, login_token=token, **context)
     response.set_cookie(
         LOGIN_COOKIE,
         token,
@@ -183,10 +189,8 @@ def _welcome_form(
     error: str | None,
     errors: Mapping[str, str],
 ) -> Template:
-    login = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(24)
-    response = page(
+    return _with_login_token(
         request,
-        None,
         "welcome.html",
         status=status,
         title="Welcome" if link else "Link not valid",
@@ -194,18 +198,8 @@ def _welcome_form(
         token=token,
         error=error,
         errors=errors,
-        login_token=login,
         min_password=MIN_PASSWORD,
     )
-    response.set_cookie(
-        LOGIN_COOKIE,
-        login,
-        path="/console",
-        httponly=True,
-        samesite="strict",
-        secure=over_https(request),
-    )
-    return response
 
 
 @post("/console/welcome/{token:str}", include_in_schema=False)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,6 +241,21 @@ def project_lock_key(project_id: str) -> int:
     processes and versions, unlike Python's ``hash``)."""
     digest = hashlib.blake2b(f"vane.project-writes:{project_id}".encode(), digest_size=8)
     return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+async def every(
+    poll_s: float, step: Callable[[], Awaitable[Any]], log: logging.Logger, what: str
+) -> None:
+    """Run ``step`` at once, then every ``poll_s``, for ever (a runner's loop: due scheduled
+    changes, due change requests); a failure is logged and looked at again next time."""
+    while True:
+        try:
+            await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s failed; retrying", what)
+        await asyncio.sleep(poll_s)
 
 
 def percent(units: int) -> float | int:

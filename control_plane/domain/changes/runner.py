@@ -7,7 +7,6 @@ and audited (``change_request.skip``)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
@@ -18,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from control_plane.db.models import ChangeRequest
 from control_plane.db.types import utcnow
 from control_plane.domain.changes import services
-from control_plane.domain.common import Actor, Hooks, Scope, serialise_project_writes
+from control_plane.domain.common import Actor, Hooks, Scope, every, serialise_project_writes
 from control_plane.errors import ApiError
 from control_plane.publishing.change import Change
 
@@ -45,14 +44,8 @@ class ChangeRequestRunner:
         self.hooks = hooks
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.run_due()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("looking for due change requests failed; retrying")
-            await asyncio.sleep(self.poll_s)
+        """Look at once (what came due while stopped runs at start-up), then every ``poll_s``."""
+        await every(self.poll_s, self.run_due, logger, "looking for due change requests")
 
     async def run_due(self) -> int:
         async with self.sessionmaker() as session:

@@ -11,7 +11,6 @@ reason, once; it is not retried. A database error leaves it pending for the next
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -23,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from control_plane.access import Permission
 from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
-from control_plane.domain.common import Actor, Hooks, Scope, serialise_project_writes
+from control_plane.domain.common import Actor, Hooks, Scope, every, serialise_project_writes
 from control_plane.domain.schedules.services import schedule_out
 from control_plane.errors import ApiError
 from control_plane.publishing.change import Change
@@ -58,15 +57,8 @@ class ScheduleRunner:
         self.hooks = hooks
 
     async def run(self) -> None:
-        """Look at once (past-due changes run at start-up), then every ``poll_s``."""
-        while True:
-            try:
-                await self.run_due()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("looking for due scheduled changes failed; retrying")
-            await asyncio.sleep(self.poll_s)
+        """Look at once (what came due while stopped runs at start-up), then every ``poll_s``."""
+        await every(self.poll_s, self.run_due, logger, "looking for due scheduled changes")
 
     async def run_due(self) -> int:
         async with self.sessionmaker() as session:
