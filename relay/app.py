@@ -194,6 +194,12 @@ class RelayApp:
             asyncio.create_task(supervise("event forwarder", self.forwarder.run)),
         ]
 
+    def stopping(self) -> None:
+        """The server was asked to stop (its signal handler calls this before it waits for the
+        requests in flight): end the open streams, which would otherwise hold it to its grace
+        period, so their clients reconnect elsewhere at once."""
+        self.http.stopping()
+
     async def shutdown(self) -> None:
         for task in self._tasks:
             task.cancel()

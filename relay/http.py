@@ -18,7 +18,7 @@ response through ``request.send`` (server-sent events) and set ``request.started
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -241,9 +241,21 @@ def error_response(status: int, body: bytes, origin: bytes | None = None) -> Res
 class HttpApp:
     """The ASGI callable: route, run the handler, send, count."""
 
-    def __init__(self, router: Router, count_request: CountRequest) -> None:
+    def __init__(
+        self,
+        router: Router,
+        count_request: CountRequest,
+        *,
+        on_stop: Sequence[Callable[[], None]] = (),
+    ) -> None:
         self.router = router
         self.count_request = count_request
+        self._on_stop = tuple(on_stop)
+
+    def stopping(self) -> None:
+        """The server was asked to stop: end what would hold it (open streams)."""
+        for callback in self._on_stop:
+            callback()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

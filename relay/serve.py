@@ -4,23 +4,20 @@ connection and event spool).
 
 One worker is the sidecar's case, and there a second process is pure weight: granian's main
 process only supervises its worker, yet it costs as much memory as the whole relay. So one
-worker runs granian's embedded server on this process's own event loop (uvloop where
-installed), and SIGTERM/SIGINT stop it the way granian's main process would: the ASGI lifespan
-shuts down (the spool is flushed, the forwarder closed) and the process exits.
+worker runs granian's embedded server on this process's own event loop (``shared.serving``):
+SIGTERM/SIGINT end the open streams first (``RelayApp.stopping``), then stop it the way
+granian's main process would: the ASGI lifespan shuts down (the spool is flushed, the forwarder
+closed) and the process exits.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import os
-import signal
 from dataclasses import dataclass
 
+from shared.serving import Embedded
+from shared.serving import run_embedded as run_served
+
 APP = "relay.app:create_app_from_env"
-STOP_GRACE_S = 10.0
-logger = logging.getLogger("vane.relay")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,49 +56,23 @@ def run_workers(options: ServeOptions) -> None:
 
 
 def run_embedded(options: ServeOptions) -> None:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - Windows
-        asyncio.run(_embedded(options))
-    else:
-        uvloop.run(_embedded(options))
-
-
-async def _embedded(options: ServeOptions) -> None:
-    from granian.constants import Interfaces
     from granian.http import HTTP1Settings
-    from granian.server.embed import Server
 
-    from relay.app import create_app_from_env
+    from relay.app import RelayApp, create_app_from_env
 
-    server = Server(
-        create_app_from_env,
-        factory=True,
-        address=options.host,
-        port=options.port,
-        interface=Interfaces.ASGI,
-        log_access=False,
-        backpressure=options.backpressure,
-        http1_settings=HTTP1Settings(max_buffer_size=options.http_buffer_bytes),
-        backlog=options.backlog,
+    def stopping(app: RelayApp) -> None:
+        app.stopping()
+
+    run_served(
+        Embedded(
+            factory=create_app_from_env,
+            host=options.host,
+            port=options.port,
+            stopping=stopping,
+            server_options={
+                "backpressure": options.backpressure,
+                "http1_settings": HTTP1Settings(max_buffer_size=options.http_buffer_bytes),
+                "backlog": options.backlog,
+            },
+        )
     )
-    loop = asyncio.get_running_loop()
-
-    def stop() -> None:
-        server.stop()  # type: ignore[no-untyped-call]  # granian ships it untyped
-        # granian's embedded server can miss a stop that lands while its worker is still
-        # registering for it, and then waits for ever (seen when `vane up` died right after
-        # starting its relay): past the grace period the process leaves without its lifespan's
-        # shutdown, which loses nothing (the spool is fsync'd before any event is answered)
-        loop.call_later(STOP_GRACE_S, _leave)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):  # pragma: no cover - Windows
-            loop.add_signal_handler(sig, stop)
-    await server.serve()
-
-
-def _leave() -> None:
-    logger.warning("the relay did not stop within %s s of being asked; leaving", STOP_GRACE_S)
-    logging.shutdown()
-    os._exit(0)

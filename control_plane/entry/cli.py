@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from litestar import Litestar
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -34,6 +35,8 @@ from control_plane.entry.oneshot import database_url as _database_url
 from control_plane.entry.oneshot import in_project
 from control_plane.entry.up import cmd_up as run_up
 from control_plane.errors import ApiError
+from control_plane.publishing.hub import Hub
+from shared.serving import Embedded, run_embedded
 
 
 def print_issued(issued: Sequence[IssuedKey], out: Any = sys.stdout) -> None:
@@ -61,8 +64,10 @@ def _migrate_and_bootstrap(url: str) -> list[IssuedKey]:
 
 
 def cmd_control_plane(args: argparse.Namespace) -> int:
-    from granian import Granian
-
+    """One worker (the default) runs in this very process (``shared.serving``): a stop signal
+    ends the open streams first (relays, providers' feeds, console pages reconnect to another
+    replica at once) and ``kill -9`` leaves no worker behind. More workers: granian's main
+    process and its workers."""
     url = _database_url()
     issued = _migrate_and_bootstrap(url)
     print(f"Vane control plane on http://{args.host}:{args.port}  (API /api/v1, docs /schema)")
@@ -70,6 +75,17 @@ def cmd_control_plane(args: argparse.Namespace) -> int:
     print_issued(issued)
     sys.stdout.flush()
     os.environ["VANE_DATABASE_URL"] = url
+    if args.workers <= 1:
+        from control_plane.app import create_app
+
+        def stopping(app: Litestar) -> None:
+            hub: Hub = app.state.hub
+            hub.close_all()
+
+        run_embedded(Embedded(create_app, args.host, args.port, stopping))
+        return 0
+    from granian import Granian
+
     Granian(
         "control_plane.app:create_app",
         factory=True,

@@ -200,6 +200,7 @@ class Connection:
     heartbeat_ms: int = 0
     welcome_again: bool = False  # an environment it reads was deleted: tell it which are left
     refused: dict[str, p.Refused] = field(default_factory=dict)  # by environment key
+    closing: bool = False  # the control plane is stopping: the stream ends at its next wake
 
     def mark(self, environment_id: str) -> None:
         self.pending.add(environment_id)
@@ -207,13 +208,16 @@ class Connection:
 
     async def changes(self, keepalive_s: float) -> AsyncIterator[frozenset[str] | None]:
         """For a stream that only follows changes (a provider's feed, the console): the
-        environment ids marked since the last wake, or None after ``keepalive_s`` without one."""
-        while True:
+        environment ids marked since the last wake, or None after ``keepalive_s`` without one;
+        ends when the control plane stops (``Hub.close_all``)."""
+        while not self.closing:
             try:
                 await asyncio.wait_for(self.wake.wait(), keepalive_s)
             except TimeoutError:
                 yield None
                 continue
+            if self.closing:
+                return
             self.wake.clear()
             marked = frozenset(self.pending)
             self.pending.clear()
@@ -616,6 +620,14 @@ class Hub:
 
     def detach(self, connection: Connection) -> None:
         self.connections.discard(connection)
+
+    def close_all(self) -> None:
+        """The control plane is stopping: every stream (a relay's, a provider's feed, a console
+        page's) ends now, so its client reconnects to another replica at once rather than
+        when this process is gone."""
+        for connection in list(self.connections):
+            connection.closing = True
+            connection.wake.set()
 
     async def frames_for(self, connection: Connection) -> list[bytes]:
         """Everything pending for ``connection``; updates what it is known to hold."""

@@ -24,6 +24,7 @@ logger = logging.getLogger("vane.publishing")
 CLOSE_REVOKED = 4401
 CLOSE_PROTOCOL = 4400
 CLOSE_SILENT = 4408
+CLOSE_RESTART = 1012  # the control plane is stopping: reconnect (to another replica)
 
 
 class RelaySession:
@@ -46,6 +47,9 @@ class RelaySession:
     async def sender(self) -> None:
         while True:
             await self.connection.wake.wait()
+            if self.connection.closing:
+                await self.socket.close(CLOSE_RESTART, "the control plane is stopping")
+                return
             self.connection.wake.clear()
             for frame in await self.hub.frames_for(self.connection):
                 await self.send(frame)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from relay.http import ASGIApp, HttpApp, Router
+from relay.http import HttpApp, Router
 from relay.prometheus import RelayMetrics
 from relay.routes import events, experiments, feed, ofrep, ops, sdk, sse, tracker
 from relay.routes.admission import Browser
@@ -37,7 +37,7 @@ def build_http_app(
     spool: Spool | None = None,
     extra_routes: Iterable[RouteRegistrar] = (),
     sse_keepalive_s: float = 15.0,
-) -> ASGIApp:
+) -> HttpApp:
     """The relay's HTTP application (``http`` scopes only; the caller handles ``lifespan``).
 
     Every route of the relay is registered here. ``spool`` adds the endpoints that write to it
@@ -77,4 +77,4 @@ def build_http_app(
         experiments.register(router, browser, spool)
     for register in extra_routes:
         register(router, browser)
-    return HttpApp(router, metrics.count_request)
+    return HttpApp(router, metrics.count_request, on_stop=[streams.hub.close_all])

@@ -205,6 +205,13 @@ class ChangeHub:
     def open_streams(self) -> int:
         return self._count
 
+    def close_all(self) -> None:
+        """The relay is stopping: end every open stream now (each sends its end and returns),
+        so clients reconnect elsewhere at once rather than when the process is gone."""
+        for streams in list(self._streams.values()):
+            for subscription in list(streams):
+                subscription.close()
+
     def _on_removal(self, environment: str) -> None:
         """The relay no longer serves ``environment``: end its streams."""
         for subscription in list(self._streams.get(environment, ())):

@@ -8,6 +8,7 @@ control-plane replicas that hear each other through Redis.
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -309,3 +310,78 @@ def test_openfeature_python_sdk_resolves_flags_from_a_relay(
     assert missing.value is False
     assert str(missing.error_code).endswith("FLAG_NOT_FOUND")
     openfeature.shutdown()
+
+
+def _held(url: str, headers: dict[str, str]) -> dict[str, Any]:
+    """A stream held open in a thread: ``status`` once it is open, ``clean`` once it ended
+    (True: the server ended it; False: the connection broke, ``error`` says how)."""
+    ended: dict[str, Any] = {}
+
+    def hold() -> None:
+        try:
+            with httpx.stream("GET", url, headers=headers, timeout=None) as answer:
+                ended["status"] = answer.status_code
+                for _ in answer.iter_bytes():
+                    pass
+            ended["clean"] = True
+        except httpx.HTTPError as exc:
+            ended["clean"] = False
+            ended["error"] = repr(exc)
+
+    ended["thread"] = threading.Thread(target=hold, daemon=True)
+    ended["thread"].start()
+    eventually(lambda: "status" in ended, what="the stream is open")
+    return ended
+
+
+def test_a_relay_asked_to_stop_ends_its_open_streams_first(tmp_path: Path) -> None:
+    """Issue #35: a relay holding an open stream (a page's live flags, a provider's feed) waited
+    out its grace period before stopping, so clients could not reconnect elsewhere meanwhile.
+    Asked to stop, it ends every stream itself (the client reads a clean end, not a broken
+    connection), shuts down as usual and never falls back to leaving without its shutdown."""
+    cp = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
+    relay = start_relay(cp.url, cp.keys["relay"], tmp_path / "relay")
+    try:
+        assert cp.api("POST", "/flags", {"key": "f"}).status_code == 201
+        headers = {"Authorization": f"Bearer {cp.keys['public']}", "Origin": "https://a.example"}
+        bulk = httpx.post(
+            f"{relay.url}/ofrep/v1/evaluate/flags",
+            json={"context": {"targetingKey": "u"}},
+            headers=headers,
+            timeout=10,
+        )
+        [stream] = bulk.json()["eventStreams"]
+        ended = _held(stream["url"], {"Origin": "https://a.example"})
+        assert relay.process.stop() == 0
+        ended["thread"].join(timeout=30)
+        assert ended.get("clean") is True, ended
+        assert "did not stop within" not in relay.process.output
+    finally:
+        relay.process.stop()
+        cp.process.stop()
+
+
+def test_a_control_plane_asked_to_stop_ends_its_feeds_and_relay_streams_first(
+    tmp_path: Path,
+) -> None:
+    """Issue #35, the control plane's side: with a provider's feed open and a relay connected,
+    a stop ended neither, and the process was still there 20 s later. Asked to stop, it ends the
+    feed (a clean end) and closes the relay's stream (the relay reconnects, to another replica
+    where there is one), and stops as usual."""
+    cp = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
+    relay = start_relay(cp.url, cp.keys["relay"], tmp_path / "relay")
+    try:
+        assert cp.api("POST", "/flags", {"key": "f"}).status_code == 201
+        feed = _held(
+            f"{cp.url}/api/v1/snapshot/stream",
+            {"Authorization": f"Bearer {cp.keys['server']}"},
+        )
+        assert cp.process.stop() == 0
+        feed["thread"].join(timeout=30)
+        assert feed.get("clean") is True, feed
+        assert "did not stop within" not in cp.process.output
+        # the relay was told why its stream ended (1012: service restart), not left to find out
+        relay.process.wait_for_line(r"1012|the control plane is stopping", timeout=30)
+    finally:
+        relay.process.stop()
+        cp.process.stop()
