@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +19,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 from litestar.types import ASGIApp, ControllerRouterHandler, Method, RouteHandlerType
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from control_plane.api_docs import swagger_assets, swagger_plugin
 from control_plane.auth import KeyAuthenticationMiddleware
@@ -58,7 +59,7 @@ from control_plane.publishing.hub import Hub, run_reconciler
 from control_plane.publishing.provider_feed import snapshot_stream
 from control_plane.publishing.publisher import LocalPublisher, Publisher, RedisPublisher
 from control_plane.publishing.stream import relay_stream
-from control_plane.ratelimit import RedisLimiter, make_limiter
+from control_plane.ratelimit import Limiter, RedisLimiter, make_limiter
 from control_plane.settings import Settings
 from control_plane.text_params import TextParamsMiddleware
 
@@ -116,72 +117,141 @@ def configure_logging() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
+@dataclass(eq=False)
+class Runtime:
+    """What one start of the app owns, made from its settings: the database engine, the hub
+    and the publisher, the rate limiter, and the runners (due scheduled changes, due change
+    requests, webhook deliveries). Handlers reach it through ``app.state``."""
+
+    settings: Settings
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    hub: Hub
+    publisher: Publisher
+    limiter: Limiter | None
+    schedules: ScheduleRunner
+    change_requests: ChangeRequestRunner
+    dispatcher: Dispatcher
+    background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Runtime:
+        engine = make_async_engine(settings.database_url)
+        sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
+        hub = Hub(sessionmaker)
+        publisher: Publisher = (
+            RedisPublisher(hub, settings.redis_url, settings.replica_id)
+            if settings.redis_url
+            else LocalPublisher(hub)
+        )
+        return cls(
+            settings=settings,
+            engine=engine,
+            sessionmaker=sessionmaker,
+            hub=hub,
+            publisher=publisher,
+            limiter=make_limiter(
+                settings.rate_limit_per_s, settings.rate_limit_burst, settings.redis_url
+            ),
+            schedules=ScheduleRunner(
+                sessionmaker,
+                replica_id=settings.replica_id,
+                publish=publisher.publish,
+                apply=apply_scheduled,
+                poll_s=settings.schedule_poll_s,
+                bayesian_prior_sd=settings.bayesian_prior_sd,
+                hooks=OUTBOX,
+            ),
+            change_requests=ChangeRequestRunner(
+                sessionmaker,
+                publish=publisher.publish,
+                poll_s=settings.schedule_poll_s,
+                bayesian_prior_sd=settings.bayesian_prior_sd,
+                hooks=OUTBOX,
+            ),
+            dispatcher=Dispatcher(
+                sessionmaker,
+                DispatchSettings(
+                    replica_id=settings.replica_id,
+                    poll_s=settings.webhook_poll_s,
+                    timeout_s=settings.webhook_timeout_s,
+                    max_attempts=settings.webhook_max_attempts,
+                    backoff_s=settings.webhook_backoff_s,
+                    backoff_cap_s=settings.webhook_backoff_cap_s,
+                    private=settings.webhook_private,
+                    retention=timedelta(days=settings.webhook_retention_days),
+                ),
+            ),
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "runtime": self,
+            "sessionmaker": self.sessionmaker,
+            "engine": self.engine,
+            "hub": self.hub,
+            "publisher": self.publisher,
+            "settings": self.settings,
+            "limiter": self.limiter,
+            "hooks": OUTBOX,  # every unit of work's (Scope.hooks): the webhooks' outbox
+            "metrics_registry": None,  # made at the first /metrics, over this runtime's hub
+        }
+
+
+async def on_startup(app: Litestar) -> None:
+    """The database migrated (and bootstrapped when empty), then the runners started."""
+    runtime: Runtime = app.state.runtime
+    settings = runtime.settings
+    await anyio.to_thread.run_sync(migrate.upgrade, settings.database_url)
+    app.state.issued_keys = []
+    if settings.bootstrap:
+        issued = await bootstrap(runtime.sessionmaker)
+        app.state.issued_keys = issued
+        log_issued_keys(issued)
+    await runtime.publisher.start()
+    hub = runtime.hub
+    runtime.background += [
+        asyncio.create_task(run_reconciler(hub, settings.reconcile_s)),
+        asyncio.create_task(runtime.schedules.run()),
+        asyncio.create_task(runtime.change_requests.run()),
+        asyncio.create_task(runtime.dispatcher.run()),
+    ]
+
+
+async def on_shutdown(app: Litestar) -> None:
+    runtime: Runtime = app.state.runtime
+    for task in runtime.background:
+        task.cancel()
+    await asyncio.gather(*runtime.background, return_exceptions=True)
+    runtime.background.clear()
+    await runtime.publisher.stop()
+    if isinstance(runtime.limiter, RedisLimiter):
+        await runtime.limiter.close()
+    await runtime.engine.dispose()
+
+
+REBUILT_ON_CONSTRUCTION = ("admin_origins", "max_body_bytes")
+"""The settings ``create_app`` builds into the app itself (CORS, the body limit): ``rebind``
+keeps an app only for settings that agree on these."""
+
+
+def rebind(app: Litestar, settings: Settings) -> None:
+    """Give a stopped app a new runtime for ``settings`` (another database, say), as if it were
+    made anew: its construction is most of a start, so the tests build it once per process and
+    rebind it for each test's database. Refused if ``settings`` differ in what the app's
+    construction read (``REBUILT_ON_CONSTRUCTION``)."""
+    old: Settings = app.state.settings
+    for name in REBUILT_ON_CONSTRUCTION:
+        if getattr(old, name) != getattr(settings, name):
+            raise ValueError(f"{name} is built into the app: make a new one (create_app)")
+    app.state.update(Runtime.of(settings).state())
+
+
 def create_app(settings: Settings | None = None) -> Litestar:
     """Build the app; the database is migrated (and bootstrapped when empty) at start-up."""
     settings = settings or Settings.from_env()
     configure_logging()
-    engine = make_async_engine(settings.database_url)
-    sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
-    hub = Hub(sessionmaker)
-    publisher: Publisher = (
-        RedisPublisher(hub, settings.redis_url, settings.replica_id)
-        if settings.redis_url
-        else LocalPublisher(hub)
-    )
-    background: list[asyncio.Task[None]] = []
-    limiter = make_limiter(settings.rate_limit_per_s, settings.rate_limit_burst, settings.redis_url)
-
-    schedules = ScheduleRunner(
-        sessionmaker,
-        replica_id=settings.replica_id,
-        publish=publisher.publish,
-        apply=apply_scheduled,
-        poll_s=settings.schedule_poll_s,
-        bayesian_prior_sd=settings.bayesian_prior_sd,
-        hooks=OUTBOX,
-    )
-    change_requests = ChangeRequestRunner(
-        sessionmaker,
-        publish=publisher.publish,
-        poll_s=settings.schedule_poll_s,
-        bayesian_prior_sd=settings.bayesian_prior_sd,
-        hooks=OUTBOX,
-    )
-    dispatcher = Dispatcher(
-        sessionmaker,
-        DispatchSettings(
-            replica_id=settings.replica_id,
-            poll_s=settings.webhook_poll_s,
-            timeout_s=settings.webhook_timeout_s,
-            max_attempts=settings.webhook_max_attempts,
-            backoff_s=settings.webhook_backoff_s,
-            backoff_cap_s=settings.webhook_backoff_cap_s,
-            private=settings.webhook_private,
-            retention=timedelta(days=settings.webhook_retention_days),
-        ),
-    )
-
-    async def on_startup(app: Litestar) -> None:
-        await anyio.to_thread.run_sync(migrate.upgrade, settings.database_url)
-        app.state.issued_keys = []
-        if settings.bootstrap:
-            issued = await bootstrap(sessionmaker)
-            app.state.issued_keys = issued
-            log_issued_keys(issued)
-        await publisher.start()
-        background.append(asyncio.create_task(run_reconciler(hub, settings.reconcile_s)))
-        background.append(asyncio.create_task(schedules.run()))
-        background.append(asyncio.create_task(change_requests.run()))
-        background.append(asyncio.create_task(dispatcher.run()))
-
-    async def on_shutdown(app: Litestar) -> None:
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        await publisher.stop()
-        if isinstance(limiter, RedisLimiter):
-            await limiter.close()
-        await engine.dispose()
+    runtime = Runtime.of(settings)
 
     app = Litestar(
         route_handlers=[
@@ -193,17 +263,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             swagger_assets(),
         ],
         template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
-        state=State(
-            {
-                "sessionmaker": sessionmaker,
-                "engine": engine,
-                "hub": hub,
-                "publisher": publisher,
-                "settings": settings,
-                "limiter": limiter,
-                "hooks": OUTBOX,  # every unit of work's (Scope.hooks): the webhooks' outbox
-            }
-        ),
+        state=State(runtime.state()),
         dependencies={
             "ctx": Provide(provide_scope),
             # deleting an environment with ?revokeKeys=true revokes its keys as the keys do
