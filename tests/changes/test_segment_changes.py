@@ -113,7 +113,7 @@ def test_a_segment_that_moved_since_the_request_is_not_applied(team: Team) -> No
     assert change["baseVersion"] == 1
     assert change["liveVersion"] == 2
     assert change["moved"] == [
-        {"field": "included", "base": ["u1"], "live": ["u1", "u2"], "flag": None, "segment": "vips"}
+        {"field": "included", "base": ["u1"], "live": ["u1", "u2"], "segment": "vips"}
     ]
     assert (
         api.post(f"/change-requests/{second['id']}/approve", {}, key=team.admin).status_code == 200

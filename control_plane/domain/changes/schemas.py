@@ -64,9 +64,9 @@ class FieldDiff(ApiOut):
     changed: bool
 
 
-class Moved(ApiOut):
+class Moved(ApiOut, omit_defaults=True):
     """A field of a flag's setting, or of a segment, that changed since the request was based on
-    it (``flag`` or ``segment`` names it, the other is null)."""
+    it: ``flag`` or ``segment`` names it (the other is left out, so a flag's reads as before)."""
 
     field: str
     base: Any

@@ -170,7 +170,8 @@ async def _item_change(
     except ApiError:  # the flag or segment was deleted since
         live_version, live = None, {}
     if "segment" in item:
-        desired = {**item.get("patch", {})}
+        given = item.get("patch", {})  # in the API's field order (JSONB keeps no order)
+        desired = {name: given[name] for name in SEGMENT_FIELDS if name in given}
     else:
         desired = {**item.get("settings", {})}
         if "rules" in item:
