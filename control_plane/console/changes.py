@@ -49,7 +49,7 @@ def _may(scope: Scope, request: s.ChangeRequest) -> dict[str, bool]:
     }
 
 
-def _diff_rows(change: s.FlagChange) -> list[dict[str, Any]]:
+def _diff_rows(change: s.ItemChange) -> list[dict[str, Any]]:
     """Each field the request sets, live before and proposed after; a nested value changed
     (a rule list, a rollout) as the leaves that differ, each a row named by its path, so that a
     one-clause edit of a long rule list reads as that one clause."""
@@ -135,7 +135,7 @@ class ChangeRequestPages(Controller):
             status=error.status if error else 200,
             title=found.title,
             cr=found,
-            rows={change.flag: _diff_rows(change) for change in found.changes},
+            rows=[_diff_rows(change) for change in found.changes],
             moved=any(change.moved for change in found.changes),
             may=may,
             error=error,

@@ -463,7 +463,7 @@ async def _propose(
         environment=env,
         title=forms.text(form, "title").strip() or f"{title or f'Change {key}'} in {env}",
         description=forms.text(form, "description"),
-        changes=[changes_s.FlagChangeIn(flag=key, settings=settings, rules=rules)],
+        changes=[changes_s.ChangeIn(flag=key, settings=settings, rules=rules)],
     )
     return await change_requests.create(scope, body)
 

@@ -383,3 +383,44 @@ def test_an_admin_sets_the_approvals_an_environment_requires(api: Api) -> None:
     )
     assert refused.status_code == 403
     assert api.get("/environments/production").json()["requiredApprovals"] == 1
+
+
+def test_a_segment_change_is_reviewed_and_applied_on_the_review_page(api: Api) -> None:
+    assert api.post("/flags", {"key": "checkout"}).status_code == 201
+    assert api.post("/segments", {"key": "vips", "included": ["u1"]}).status_code == 201
+    rules = [{"clauses": [{"segment": "vips", "op": "segmentMatch"}], "variation": 1}]
+    used = api.put("/flags/checkout/environments/production/rules", {"rules": rules})
+    assert used.status_code == 200, used.text
+    assert api.patch("/environments/production", {"requiredApprovals": 1}).status_code == 200
+    body = {
+        "environment": "production",
+        "title": "More VIPs",
+        "changes": [{"segment": "vips", "patch": {"included": ["u1", "u2"]}}],
+    }
+    made = api.post("/change-requests", body)
+    assert made.status_code == 201, made.text
+    cr = made.json()["id"]
+    console = Console(api)
+    console.join("ada@example.com", "admin")
+
+    review = console.as_("ada@example.com").get(f"/console/change-requests/{cr}").text
+    words = text_of(review)
+    assert "Segment vips" in words
+    assert '<a href="/console/segments/vips">vips</a>' in review
+    assert "included[1]" in words  # the one key added, a row of the diff table
+    assert "u2" in words
+    listed = text_of(console.get("/console/change-requests").text)
+    assert "segment vips" in listed
+
+    approved = console.post(
+        f"/console/change-requests/{cr}",
+        f"/console/change-requests/{cr}/review",
+        decision="approve",
+        version="1",
+    )
+    assert approved.status_code == 303, approved.text[:500]
+    applied = console.post(
+        f"/console/change-requests/{cr}", f"/console/change-requests/{cr}/apply", version="1"
+    )
+    assert applied.status_code == 303, applied.text[:500]
+    assert api.get("/segments/vips").json()["included"] == ["u1", "u2"]

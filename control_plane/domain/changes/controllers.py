@@ -48,12 +48,17 @@ class ChangeRequestController(Controller):
         "/",
         dto=StrictBody[s.ChangeRequestCreate],
         return_dto=None,
-        summary="Propose a change to one environment (several flags at once if need be)",
+        summary="Propose a change to one environment (several flags and segments at once if need "
+        "be)",
         description="Each item of `changes` names a flag and its `settings` (the body of `PUT "
         "/flags/{key}/environments/{env}`, `enabled` included) and/or `rules` (those of `PUT "
-        "…/rules`). Checked now as the flags' services would check it (422 naming "
-        "`changes[i]…`); based on the flag settings live now. `applyAt`: applied then if "
-        "approved by then, else not (the reason is recorded). Needs `edit`.",
+        "…/rules`), or a segment and its `patch` (the body of `PATCH /segments/{key}`: how a "
+        "segment a protected environment's flag uses is changed; deleting one is not offered). "
+        "Checked now as the flags' and segments' services would check it (422 naming "
+        "`changes[i]…`); based on the flag settings and segments live now. A segment item may be "
+        "in a request of any environment: the request then needs the approvals of the most "
+        "demanding environment where a flag uses the segment (`requiredApprovals`). `applyAt`: "
+        "applied then if approved by then, else not (the reason is recorded). Needs `edit`.",
     )
     async def create_change_request(
         self, ctx: Ctx, data: JSONBody[s.ChangeRequestCreate]
@@ -112,10 +117,11 @@ class ChangeRequestController(Controller):
         status_code=200,
         summary="Apply an approved change request, all or nothing",
         description="Needs `edit`. 409 `approvals_missing` while it has fewer approvals of its "
-        "current version than the environment requires now; 409 `base_moved` naming each flag "
-        "and field that changed since it was based on it (live value and base value); 409 "
-        "`cannot_apply` if a flag service refuses it now. Applied through the flags' own "
-        "services in one transaction, audited with its author and approvers, published once.",
+        "current version than it requires now; 409 `base_moved` naming each flag (by its key) or "
+        "segment (`segment:key`) and field that changed since it was based on it (live value "
+        "and base value); 409 `cannot_apply` if a flag's or segment's service refuses it now. "
+        "Applied through the flags' and segments' own services in one transaction, audited with "
+        "its author and approvers, published once.",
     )
     async def apply_change_request(
         self, ctx: Ctx, request_id: FromPath[str], if_match: IfMatch = None

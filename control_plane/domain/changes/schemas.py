@@ -9,24 +9,33 @@ from msgspec import UNSET, UnsetType
 
 from control_plane.domain.flags.schemas import EnvironmentSettingsIn, RuleIn
 from control_plane.domain.schemas import ApiIn, ApiOut
+from control_plane.domain.segments.schemas import SegmentPatch
 
 Status = Literal["open", "applied", "rejected", "closed"]
 
 
-class FlagChangeIn(ApiIn):
-    """One flag's change in the request's environment: ``settings`` in the shape of
-    ``PUT /flags/{key}/environments/{env}`` (``enabled`` included), ``rules`` in the shape of
-    ``PUT …/rules``'s ``rules`` (the whole list); one of them or both."""
+class ChangeIn(ApiIn):
+    """One item of a request, naming a flag or a segment (exactly one of them).
 
-    flag: str
+    A flag's change in the request's environment: ``settings`` in the shape of
+    ``PUT /flags/{key}/environments/{env}`` (``enabled`` included), ``rules`` in the shape of
+    ``PUT …/rules``'s ``rules`` (the whole list); one of them or both.
+
+    A segment's change: ``patch`` in the shape of ``PATCH /segments/{key}``'s body. A segment is
+    the project's, so the change reaches every environment whose flags use it (deleting a segment
+    through a request is not offered)."""
+
+    flag: str | None = None
     settings: EnvironmentSettingsIn | None = None
     rules: list[RuleIn] | None = None
+    segment: str | None = None
+    patch: SegmentPatch | None = None
 
 
 class ChangeRequestCreate(ApiIn):
     environment: str
     title: str
-    changes: list[FlagChangeIn]
+    changes: list[ChangeIn]
     description: str = ""
     # once approved, the runner applies it at this time; not approved by then: it does not run
     apply_at: datetime | None = None
@@ -38,7 +47,7 @@ class ChangeRequestPatch(ApiIn):
 
     title: str | UnsetType = UNSET
     description: str | UnsetType = UNSET
-    changes: list[FlagChangeIn] | UnsetType = UNSET
+    changes: list[ChangeIn] | UnsetType = UNSET
     apply_at: datetime | UnsetType | None = UNSET
 
 
@@ -47,29 +56,38 @@ class ReviewIn(ApiIn):
 
 
 class FieldDiff(ApiOut):
-    field: str  # enabled, offVariation, fallthrough, targets, prerequisites or rules
+    # a flag's: enabled, offVariation, fallthrough, targets, prerequisites or rules;
+    # a segment's: name, description, included, excluded or rules
+    field: str
     before: Any  # live now (for an applied request: what it replaced)
     after: Any  # as the request would set it
     changed: bool
 
 
-class Moved(ApiOut):
-    """A field of a flag's setting that changed since the request was based on it."""
+class Moved(ApiOut, omit_defaults=True):
+    """A field of a flag's setting, or of a segment, that changed since the request was based on
+    it: ``flag`` or ``segment`` names it (the other is left out, so a flag's reads as before)."""
 
-    flag: str
     field: str
     base: Any
     live: Any
+    flag: str | None = None
+    segment: str | None = None
 
 
-class FlagChange(ApiOut):
-    flag: str
-    base_version: int  # the flag setting's version the request was based on
-    live_version: int | None  # now (null: the flag is gone)
+class ItemChange(ApiOut):
+    """One item of a request, against what is live: a flag's (``flag``, ``settings`` and/or
+    ``rules``) or a segment's (``segment``, ``patch``)."""
+
+    base_version: int  # the flag setting's or the segment's version the request was based on
+    live_version: int | None  # now (null: the flag or segment is gone)
     moved: list[Moved]  # what moved underneath since: applying refuses while any did
     diff: list[FieldDiff]
+    flag: str | None = None
     settings: dict[str, Any] | None = None  # as given
     rules: list[dict[str, Any]] | None = None
+    segment: str | None = None
+    patch: dict[str, Any] | None = None  # as given
 
 
 class Review(ApiOut):
@@ -92,10 +110,11 @@ class ChangeRequest(ApiOut):
     created_at: datetime
     updated_at: datetime
     version: int
-    required_approvals: int  # the environment's, now
+    # now: the environment's, or more if a segment it changes is used where more are required
+    required_approvals: int
     approvals: int  # of the current version, by others than the author
     approved_by: list[str]
-    changes: list[FlagChange]
+    changes: list[ItemChange]
     reviews: list[Review]
     apply_at: datetime | None = None
     applied_at: datetime | None = None

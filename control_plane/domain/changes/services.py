@@ -1,12 +1,13 @@
 """Change requests: proposed changes to what one environment serves, reviewed by others, then
-applied all at once through the flags' own services (issue #34).
+applied all at once through the flags' and the segments' own services (issue #34).
 
-How apply reaches the flags: this domain stands on a layer above the others and imports the
-flags' services alone (the import-linter contracts "domain-independence" and "changes use the
-flags only" in pyproject.toml). Applying a request calls ``put_settings`` and ``put_rules``, the
-very services ``PUT /flags/{key}/environments/{env}`` and ``PUT …/rules`` call: validated the
-same way, audited, versioned and published the same way, in the request's one transaction (all
-or nothing, published once after the commit). The unit of work is marked as applying the request
+How apply reaches the flags and segments: this domain stands on a layer above the others and
+imports the flags' and the segments' services alone (the import-linter contracts
+"domain-independence" and "changes use the flags and segments only" in pyproject.toml). Applying
+a request calls ``put_settings`` and ``put_rules``, the very services
+``PUT /flags/{key}/environments/{env}`` and ``PUT …/rules`` call, and ``patch_segment``, that of
+``PATCH /segments/{key}``: validated the same way, audited, versioned and published the same way,
+in the request's one transaction (all or nothing, published once after the commit). The unit of work is marked as applying the request
 (``Scope.applying``): the protection gate (``domain.protection``) lets those writes through, and
 each audit entry they write names the request, its author and its approvers. A request is checked
 the same way when made or edited: its changes are run through those services in a savepoint that
@@ -17,6 +18,15 @@ The rules: ``edit`` to propose, review and apply; nobody approves or rejects the
 edit is a new version, and only approvals of the current version count; applying needs as many
 approvals as the environment requires at that moment, and every flag setting still at the version
 the request was based on, else 409 naming what moved.
+
+Segments: an item may name a segment and carry ``patch``, the body of ``PATCH /segments/{key}``
+(a segment used by a flag of a protected environment changes only this way). A segment is the
+project's, not one environment's, so a segment item is accepted in a request of any environment
+of the project; the request then needs as many approvals as the most demanding of its own
+environment and of every environment where a flag uses the segment, counted now (so a request
+made in an unprotected environment cannot carry a change to what production serves past
+production's approvals). The segment's version and state are its base, as a flag setting's;
+deleting a segment through a request is not offered (delete it once no protected flag uses it).
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ from control_plane.domain.flags import schemas as flags
 from control_plane.domain.flags.services import put_rules, put_settings, rules_out, settings_out
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.rows import flag_setting
+from control_plane.domain.segments import schemas as segments
+from control_plane.domain.segments.services import environments_using, get_segment, patch_segment
 from control_plane.errors import ApiError, FieldError, not_found
 from control_plane.publishing.change import Change
 
@@ -45,6 +57,7 @@ MAX_CHANGES = 50
 PAST_SLACK = timedelta(minutes=1)
 HORIZON = timedelta(days=5 * 366)
 FIELDS = ("enabled", "offVariation", "fallthrough", "targets", "prerequisites", "rules")
+SEGMENT_FIELDS = ("name", "description", "included", "excluded", "rules")
 OWN = "own_change_request"
 
 
@@ -59,7 +72,10 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-def _stored(item: s.FlagChangeIn) -> dict[str, Any]:
+def _stored(item: s.ChangeIn) -> dict[str, Any]:
+    if item.segment is not None:
+        patch = msgspec.to_builtins(item.patch) if item.patch is not None else {}
+        return {"segment": item.segment, "patch": _without_nulls(patch)}
     out: dict[str, Any] = {"flag": item.flag}
     if item.settings is not None:
         out["settings"] = _without_nulls(msgspec.to_builtins(item.settings))
@@ -77,10 +93,40 @@ async def _live(scope: Scope, flag_key: str, env_key: str) -> tuple[int, dict[st
     return setting.version, state
 
 
-def _moved(flag_key: str, base_state: dict[str, Any], live: dict[str, Any]) -> list[s.Moved]:
+async def _live_segment(scope: Scope, key: str) -> tuple[int, dict[str, Any]]:
+    """The segment's version and state, in the API's shape, field by field."""
+    out = to_json(await get_segment(scope, key))
+    return int(out["version"]), {name: out[name] for name in SEGMENT_FIELDS}
+
+
+def _base_key(item: dict[str, Any]) -> str:
+    """Where ``bases`` keeps an item's base: a flag's key, ``segment:`` and a segment's key."""
+    return f"segment:{item['segment']}" if "segment" in item else str(item["flag"])
+
+
+def _named(item: dict[str, Any]) -> str:
+    return f"segment {item['segment']!r}" if "segment" in item else f"flag {item['flag']!r}"
+
+
+async def _live_item(
+    scope: Scope, env: Environment, item: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    if "segment" in item:
+        return await _live_segment(scope, item["segment"])
+    return await _live(scope, item["flag"], env.key)
+
+
+def _moved(item: dict[str, Any], base_state: dict[str, Any], live: dict[str, Any]) -> list[s.Moved]:
+    segment = item.get("segment")
     return [
-        s.Moved(flag=flag_key, field=name, base=base_state.get(name), live=live.get(name))
-        for name in FIELDS
+        s.Moved(
+            flag=item.get("flag"),
+            segment=segment,
+            field=name,
+            base=base_state.get(name),
+            live=live.get(name),
+        )
+        for name in (SEGMENT_FIELDS if segment is not None else FIELDS)
         if base_state.get(name) != live.get(name)
     ]
 
@@ -113,20 +159,23 @@ def _approvers(row: ChangeRequest, reviews: list[ChangeRequestReview]) -> list[s
     return list(seen.values())
 
 
-async def _flag_change(
+async def _item_change(
     scope: Scope, row: ChangeRequest, env: Environment, item: dict[str, Any]
-) -> s.FlagChange:
-    flag_key = item["flag"]
-    based = row.bases.get(flag_key, {})
+) -> s.ItemChange:
+    based = row.bases.get(_base_key(item), {})
     base_state: dict[str, Any] = based.get("state", {})
     live_version: int | None
     try:
-        live_version, live = await _live(scope, flag_key, env.key)
-    except ApiError:  # the flag was deleted since
+        live_version, live = await _live_item(scope, env, item)
+    except ApiError:  # the flag or segment was deleted since
         live_version, live = None, {}
-    desired = {**item.get("settings", {})}
-    if "rules" in item:
-        desired["rules"] = item["rules"]
+    if "segment" in item:
+        given = item.get("patch", {})  # in the API's field order (JSONB keeps no order)
+        desired = {name: given[name] for name in SEGMENT_FIELDS if name in given}
+    else:
+        desired = {**item.get("settings", {})}
+        if "rules" in item:
+            desired["rules"] = item["rules"]
     shown = base_state if row.status == "applied" else live
     diff = [
         s.FieldDiff(
@@ -138,18 +187,20 @@ async def _flag_change(
         for name, value in desired.items()
     ]
     moved = (
-        _moved(flag_key, base_state, live)
+        _moved(item, base_state, live)
         if row.status == "open" and live_version != based.get("version")
         else []
     )
-    return s.FlagChange(
-        flag=flag_key,
+    return s.ItemChange(
+        flag=item.get("flag"),
         base_version=int(based.get("version", 0)),
         live_version=live_version,
         moved=moved,
         diff=diff,
         settings=item.get("settings"),
         rules=item.get("rules"),
+        segment=item.get("segment"),
+        patch=item.get("patch"),
     )
 
 
@@ -160,6 +211,20 @@ def _differs(name: str, before: Any, after: Any) -> bool:
         given = [{k: v for k, v in r.items() if k != "id"} for r in after]
         return bool(strip != given)
     return bool(before != after)
+
+
+async def _required(scope: Scope, row: ChangeRequest, env: Environment) -> int:
+    """The approvals the request needs now: its environment's, or more where a segment it changes
+    is used by a flag of an environment that requires more."""
+    needed = env.required_approvals
+    ids: set[str] = set()
+    for item in row.changes:
+        if "segment" in item:
+            ids |= await environments_using(scope, item["segment"])
+    if ids:
+        envs = {e.id: e for e in await scope.environments()}
+        needed = max([needed, *(envs[i].required_approvals for i in ids if i in envs)])
+    return needed
 
 
 async def _out(
@@ -176,10 +241,10 @@ async def _out(
         created_at=row.created_at,
         updated_at=row.updated_at,
         version=row.version,
-        required_approvals=env.required_approvals,
+        required_approvals=await _required(scope, row, env),
         approvals=len(approvers),
         approved_by=approvers,
-        changes=[await _flag_change(scope, row, env, item) for item in row.changes],
+        changes=[await _item_change(scope, row, env, item) for item in row.changes],
         reviews=[
             s.Review(
                 id=r.id,
@@ -274,14 +339,32 @@ def _check_apply_at(problems: base.Problems, at: datetime | None) -> None:
         problems.add("applyAt", "more than five years ahead")
 
 
-async def _check_changes(
-    scope: Scope, problems: base.Problems, changes: list[s.FlagChangeIn]
+async def _check_segment(
+    scope: Scope, problems: base.Problems, i: int, key: str, change: s.ChangeIn, seen: set[str]
 ) -> None:
+    where = f"changes[{i}]"
+    try:
+        await get_segment(scope, key)
+    except ApiError:
+        problems.add(f"{where}.segment", f"unknown segment {key!r}")
+    if key in seen:
+        problems.add(f"{where}.segment", f"{key!r} is listed twice: one item a segment")
+    seen.add(key)
+    for name in ("settings", "rules"):
+        if getattr(change, name) is not None:
+            problems.add(f"{where}.{name}", "a flag's: a segment's change is given as patch")
+    if change.patch is None:
+        problems.add(f"{where}.patch", "give the segment's patch (the body of PATCH /segments)")
+    elif not msgspec.to_builtins(change.patch):
+        problems.add(f"{where}.patch", "names no field to change")
+
+
+async def _check_changes(scope: Scope, problems: base.Problems, changes: list[s.ChangeIn]) -> None:
     if not changes:
-        problems.add("changes", "at least one flag's change")
+        problems.add("changes", "at least one flag's or segment's change")
     elif len(changes) > MAX_CHANGES:
-        problems.add("changes", f"at most {MAX_CHANGES} flags in one request")
-    keys = {c.flag for c in changes}
+        problems.add("changes", f"at most {MAX_CHANGES} items in one request")
+    keys = {c.flag for c in changes if c.flag is not None}
     flags_found = {
         f.key: f
         for f in await scope.session.scalars(
@@ -289,7 +372,19 @@ async def _check_changes(
         )
     }
     seen: set[str] = set()
+    seen_segments: set[str] = set()
     for i, change in enumerate(changes):
+        if change.flag is None:
+            if change.segment is None:
+                problems.add(f"changes[{i}].flag", "name a flag or a segment")
+            else:
+                await _check_segment(scope, problems, i, change.segment, change, seen_segments)
+            continue
+        if change.segment is not None:
+            problems.add(f"changes[{i}].segment", "an item names a flag or a segment, not both")
+            continue
+        if change.patch is not None:
+            problems.add(f"changes[{i}].patch", "a segment's: a flag's change is settings/rules")
         flag = flags_found.get(change.flag)
         if flag is None:
             problems.add(f"changes[{i}].flag", f"unknown flag {change.flag!r}")
@@ -305,9 +400,13 @@ async def _check_changes(
 
 
 async def _run(scope: Scope, env: Environment, changes: list[dict[str, Any]]) -> None:
-    """Carry the changes out with the flags' services (the unit of work is marked applying)."""
+    """Carry the changes out with the flags' and segments' services (the unit of work is marked
+    applying)."""
     for i, item in enumerate(changes):
         try:
+            if "segment" in item:
+                patch = msgspec.convert(item["patch"], segments.SegmentPatch)
+                await patch_segment(scope, item["segment"], patch)
             if "settings" in item:
                 body = msgspec.convert(item["settings"], flags.EnvironmentSettingsIn)
                 await put_settings(scope, item["flag"], env.key, body)
@@ -319,7 +418,7 @@ async def _run(scope: Scope, env: Environment, changes: list[dict[str, Any]]) ->
             details = [FieldError(f"{where}.{d.field}", d.message) for d in exc.details]
             raise ApiError(
                 exc.status,
-                f"{where} (flag {item['flag']!r}): {exc.message}",
+                f"{where} ({_named(item)}): {exc.message}",
                 code=exc.code,
                 details=details or [FieldError(where, exc.message)],
             ) from exc
@@ -342,8 +441,8 @@ async def _dry_run(scope: Scope, env: Environment, changes: list[dict[str, Any]]
 async def _bases(scope: Scope, env: Environment, changes: list[dict[str, Any]]) -> dict[str, Any]:
     bases: dict[str, Any] = {}
     for item in changes:
-        version, state = await _live(scope, item["flag"], env.key)
-        bases[item["flag"]] = {"version": version, "state": state}
+        version, state = await _live_item(scope, env, item)
+        bases[_base_key(item)] = {"version": version, "state": state}
     return bases
 
 
@@ -355,7 +454,8 @@ def _summary(row: ChangeRequest, env: Environment, **more: Any) -> dict[str, Any
         "status": row.status,
         "version": row.version,
         "author": row.author,
-        "flags": [item["flag"] for item in row.changes],
+        "flags": [item["flag"] for item in row.changes if "flag" in item],
+        "segments": [item["segment"] for item in row.changes if "segment" in item],
         **more,
     }
 
@@ -550,25 +650,44 @@ async def apply(scope: Scope, request_id: str) -> s.ChangeRequest:
     _refuse_unless_open(row, "applied")
     reviews = (await _reviews(scope, [row.id]))[row.id]
     approvers = _approvers(row, reviews)
-    if len(approvers) < env.required_approvals:
+    required = await _required(scope, row, env)
+    if len(approvers) < required:
+        where = (
+            f"{env.key!r} requires {required}"
+            if required == env.required_approvals
+            else f"{required} are required, as an environment where a segment it changes is used "
+            "requires"
+        )
         raise ApiError(
             409,
             f"change request {row.id} has {len(approvers)} approval(s) of version {row.version} "
-            f"by others than its author; {env.key!r} requires {env.required_approvals}",
+            f"by others than its author; {where}",
             code="approvals_missing",
-            details=[FieldError("approvals", f"{len(approvers)} of {env.required_approvals}")],
+            details=[FieldError("approvals", f"{len(approvers)} of {required}")],
         )
     moved: list[s.Moved] = []
     for item in row.changes:
-        based = row.bases.get(item["flag"], {})
-        version, live = await _live(scope, item["flag"], env.key)
+        based = row.bases.get(_base_key(item), {})
+        try:
+            version, live = await _live_item(scope, env, item)
+        except ApiError as exc:
+            raise ApiError(
+                409,
+                f"change request {row.id} cannot be applied: {exc.message}",
+                code="cannot_apply",
+                details=[FieldError(_base_key(item), exc.message)],
+            ) from exc
         if version != based.get("version"):
-            found = _moved(item["flag"], based.get("state", {}), live)
+            found = _moved(item, based.get("state", {}), live)
             moved.extend(
                 found
                 or [
                     s.Moved(
-                        flag=item["flag"], field="version", base=based.get("version"), live=version
+                        flag=item.get("flag"),
+                        segment=item.get("segment"),
+                        field="version",
+                        base=based.get("version"),
+                        live=version,
                     )
                 ]
             )
@@ -578,12 +697,15 @@ async def apply(scope: Scope, request_id: str) -> s.ChangeRequest:
             "what is live moved since the request was based on it, so it is not applied (no "
             "silent overwrite): "
             + "; ".join(
-                f"{m.flag} {m.field}: live {_short(m.live)}, base {_short(m.base)}" for m in moved
+                f"{_which(m)} {m.field}: live {_short(m.live)}, base {_short(m.base)}"
+                for m in moved
             )
             + ". Its author edits it to base it on what is live now (then it needs approval again)",
             code="base_moved",
             details=[
-                FieldError(f"{m.flag}.{m.field}", f"live {_short(m.live)}, base {_short(m.base)}")
+                FieldError(
+                    f"{_which(m)}.{m.field}", f"live {_short(m.live)}, base {_short(m.base)}"
+                )
                 for m in moved
             ],
         )
@@ -620,6 +742,11 @@ async def apply(scope: Scope, request_id: str) -> s.ChangeRequest:
     )
     scope.applying = None
     return out
+
+
+def _which(moved: s.Moved) -> str:
+    """A flag by its key (as before segments could be changed), a segment as ``segment:key``."""
+    return f"segment:{moved.segment}" if moved.segment is not None else str(moved.flag)
 
 
 def _short(value: Any) -> str:

@@ -174,6 +174,12 @@ async def flags_using(scope: Scope, key: str) -> list[str]:
     return (await _users(scope, key))[0]
 
 
+async def environments_using(scope: Scope, key: str) -> set[str]:
+    """The ids of the environments where a live flag's rules use segment ``key`` (directly or
+    through others): where a change to it takes effect (change requests count their approvals)."""
+    return (await _users(scope, key))[1]
+
+
 async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
     scope.require(Permission.EDIT)
     problems = base.Problems()
