@@ -11,7 +11,6 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
-from control_plane.access import Permission
 from control_plane.console import forms
 from control_plane.console.diff import changes
 from control_plane.console.pages import ListPage, do
@@ -223,7 +222,6 @@ class EnvironmentPages(ListPage):
         found = await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)
         return {
             "environments": found.items,
-            "is_admin": scope.holds(Permission.ADMIN),
             "max_approvals": MAX_APPROVALS,
         }
 

@@ -16,7 +16,6 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
-from control_plane.access import Permission
 from control_plane.console import forms
 from control_plane.console.diff import changes
 from control_plane.console.web import (
@@ -106,7 +105,6 @@ class FlagPages(Controller):
                 )
             except ApiError as exc:
                 return error_page(request, who, exc, "Flags")
-            may = _may(scope)
         query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
         template = "flags_main.html" if request.headers.get(FRAGMENT) else "flags.html"
         return page(
@@ -119,7 +117,6 @@ class FlagPages(Controller):
             filters=filters,
             next_cursor=found.next_cursor,
             query=query,
-            may=may,
         )
 
     @post("/")
@@ -151,7 +148,6 @@ class FlagPages(Controller):
                 found = await services.list_flags(
                     scope, _flag_filter(_filters(request)), limit=PAGE_SIZE, cursor=None
                 )
-                may = _may(scope)
             return page(
                 request,
                 who,
@@ -163,7 +159,6 @@ class FlagPages(Controller):
                 filters=_filters(request),
                 next_cursor=found.next_cursor,
                 query="",
-                may=may,
                 create_error=exc.message,
                 create_errors=field_errors(exc.details),
                 create_form=dict(form),
@@ -489,15 +484,6 @@ def _unprefixed(exc: ApiError) -> ApiError:
     )
 
 
-def _may(scope: Scope) -> dict[str, bool]:
-    """Which of the page's forms the signed-in person may use (shown or not; the services
-    refuse the rest whatever is shown)."""
-    return {
-        "edit": scope.holds(Permission.EDIT),
-        "turn_off": scope.holds(Permission.TURN_OFF),
-    }
-
-
 def _instant(text: str) -> datetime | None:
     """A ``datetime-local`` input's value (or ISO 8601), read as UTC."""
     try:
@@ -551,7 +537,6 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
         "env": current,
         "required_approvals": required,
         "pending_requests": pending,
-        "may": _may(scope),
         "critical": next((e.critical for e in envs if e.key == current), False),
         "settings": settings,
         "fallthrough": {"choice": choice, "weights": weights, "bucket_by": bucket},

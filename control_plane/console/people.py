@@ -9,7 +9,7 @@ from litestar import Request, get, post
 from litestar.params import FromPath
 from litestar.response import Response, Template
 
-from control_plane.access import ROLES, Permission
+from control_plane.access import ROLES
 from control_plane.console import forms
 from control_plane.console.pages import ListPage
 from control_plane.console.web import Who
@@ -38,7 +38,6 @@ class PeoplePages(ListPage):
             "invitations": found.invitations,
             "tokens": tokens.tokens if tokens else None,
             "roles": ROLE_NAMES,
-            "is_admin": scope.holds(Permission.ADMIN),
         }
 
     @get("/")

@@ -97,10 +97,3 @@ async def signed_in(session: AsyncSession, cookie: str, idle: timedelta) -> Sign
 async def sign_out(session: AsyncSession, cookie: str) -> None:
     await session.execute(delete(ConsoleSession).where(ConsoleSession.id == hash_token(cookie)))
     await session.commit()
-
-
-async def sign_out_everywhere(session: AsyncSession, user_id: str) -> int:
-    """End every console session of a person; how many there were."""
-    ended = await session.execute(delete(ConsoleSession).where(ConsoleSession.user_id == user_id))
-    await session.commit()
-    return int(ended.rowcount)  # type: ignore[attr-defined]

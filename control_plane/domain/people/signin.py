@@ -134,14 +134,20 @@ async def sign_in_with_password(
     return principal
 
 
-async def first_project_principal(session: AsyncSession, user_id: str) -> Principal | None:
-    """A person acting in the project they joined first."""
-    project_id = await session.scalar(
+async def first_project(session: AsyncSession, user_id: str) -> str | None:
+    """The project a person joined first: the one they act in when they sign in."""
+    project_id: str | None = await session.scalar(
         select(Membership.project_id)
         .where(Membership.user_id == user_id)
         .order_by(Membership.created_at)
         .limit(1)
     )
+    return project_id
+
+
+async def first_project_principal(session: AsyncSession, user_id: str) -> Principal | None:
+    """A person acting in the project they joined first."""
+    project_id = await first_project(session, user_id)
     if project_id is None:
         return None
     return await person_principal(session, user_id, project_id)
@@ -291,12 +297,7 @@ async def sign_in_with_sso(
     if isinstance(user, Refused):
         return user
     joined = False  # a new person has no membership yet: they join below
-    project_id = await session.scalar(
-        select(Membership.project_id)
-        .where(Membership.user_id == user.id)
-        .order_by(Membership.created_at)
-        .limit(1)
-    )
+    project_id = await first_project(session, user.id)
     if project_id is None:
         project_id = await session.scalar(select(Project.id).order_by(Project.id).limit(1))
         if project_id is None:
