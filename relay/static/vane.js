@@ -129,6 +129,7 @@
   let seen = new WeakMap(); // element -> "key:variant" handled
   const applied = new Map(); // element -> [tag, original children, href, background, colour]
   const shown = new Set();
+  const early = new Set(); // swapped while the parser could still add to them: looked at again
   const hide = (selectors) => {
     const rules = selectors.map((s) => s + "{visibility:hidden!important}");
     if (!rules.length) return;
@@ -181,9 +182,11 @@
       let els = [];
       try { els = d.querySelectorAll(x.selector); } catch (_) { /* bad selector */ }
       for (const el of els) {
-        const again = d.readyState === "loading" && x.content && el.textContent !== x.content;
+        const loading = d.readyState === "loading";
+        const again = (loading || early.has(el)) && x.content && el.textContent !== x.content;
         if (seen.get(el) === tag && !again) continue;
         seen.set(el, tag);
+        if (loading) early.add(el);
         if (x.content || x.href || x.bg || x.color) swap(el, x, tag);
         if (!shown.has(x.key)) {
           shown.add(x.key);
@@ -331,10 +334,13 @@
   const boot = (known) => {
     observe();
     let done = loadExperiments().catch(log); // with a (browser-cached) answer: brings it up to date
-    if (known) { // the parser inserts the targeted elements after this: each is swapped as it comes
-      run(known);
-      done = parsed().then(guard(apply));
-    }
+    if (known) run(known); // the parser inserts the targeted elements after this: each swapped as it comes
+    // the parser appends an element's late text to the node a swap put there: one last look
+    const last = parsed().then(guard(() => {
+      apply();
+      early.clear();
+    }));
+    if (known) done = last;
     const work = Promise.all([loadFlags().catch(log), done.then(settled)]);
     booting = Promise.race([work, sleep(Math.max(BOUND, 3000))]);
     return booting;

@@ -132,6 +132,29 @@ def test_the_variant_is_in_place_when_parsing_ends(site: Site, context: Any) -> 
     assert page.evaluate("performance.getEntriesByName('vane:applied').length") == 1
 
 
+def test_text_the_parser_adds_to_a_swapped_element_is_replaced_when_parsing_ends(
+    site: Site, context: Any
+) -> None:
+    """The parser appends a late chunk of an element's text to the text node the tracker put
+    there ("Brand new headlineOriginal", seen in CI when Chromium's parser yielded inside the
+    element); the last look at it may come after the document stopped loading. Reproduced here
+    without luck: the page adds to that text node as parsing ends, before DOMContentLoaded."""
+    element_experiment(site, "appended", "/appended", "#grown")
+    [treatment] = units_in("appended", "treatment")
+    context.add_init_script(
+        """document.addEventListener("readystatechange", () => {
+          const el = document.getElementById("grown");
+          if (document.readyState === "interactive" && el && el.lastChild) {
+            el.lastChild.appendData("Original");
+          }
+        });"""
+    )
+    page = context.new_page()
+    page.goto(site.page("/appended", '<h1 id="grown">Original</h1>', unit=treatment))
+    page.evaluate("vane.ready()")
+    assert page.text_content("#grown") == "Brand new headline"
+
+
 def test_cta_swap_and_click_sends_the_goal(site: Site, context: Any) -> None:
     site.experiment(
         {
