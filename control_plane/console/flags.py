@@ -357,14 +357,19 @@ class FlagPages(Controller):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
+        restore = forms.text(form, "restore") == "yes"
         try:
             async with writing(request, who, version=forms.text(form, "version")) as scope:
-                if forms.text(form, "restore") == "yes":
+                guarding = await _most_demanding(scope)
+                if guarding is not None:  # archiving changes what every environment serves
+                    proposed = await _propose_archived(scope, key, guarding, form, not restore)
+                    return Redirect(f"/console/change-requests/{proposed.id}", status_code=303)
+                if restore:
                     await services.restore_flag(scope, key)
                 else:
                     await services.archive_flag(scope, key)
         except ApiError as exc:
-            return await self._failed(request, who, key, None, exc, "archive")
+            return await self._failed(request, who, key, None, _unprefixed(exc), "archive")
         return Redirect(f"/console/flags/{key}", status_code=303)
 
     async def _propose_or_write(
@@ -463,6 +468,30 @@ async def _propose(
     return await change_requests.create(scope, body)
 
 
+async def _most_demanding(scope: Scope) -> str | None:
+    """The protected environment that requires the most approvals (None: none is protected)."""
+    guarded = [env for env in await scope.environments() if protected(env)]
+    return max(guarded, key=lambda env: env.required_approvals).key if guarded else None
+
+
+async def _propose_archived(
+    scope: Scope, key: str, env: str, form: Any, archived: bool
+) -> changes_s.ChangeRequest:
+    """A change request archiving (or restoring) the flag, based on the version it was shown."""
+    live = await services.get_flag(scope, key)
+    version = forms.text(form, "version")
+    if version and version != str(live.version):
+        raise stale_version(live.version)
+    verb = "Archive" if archived else "Restore"
+    body = changes_s.ChangeRequestCreate(
+        environment=env,
+        title=forms.text(form, "title").strip() or f"{verb} {key}",
+        description=forms.text(form, "description"),
+        changes=[changes_s.ChangeIn(flag=key, archived=archived)],
+    )
+    return await change_requests.create(scope, body)
+
+
 def _unprefixed(exc: ApiError) -> ApiError:
     """A change request's error about its one flag (``changes[0].fallthrough``) named as the
     flag page's field (``fallthrough``), so the page shows it beside its input."""
@@ -536,6 +565,8 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
         "environments": envs,
         "env": current,
         "required_approvals": required,
+        # archiving changes what every environment serves: proposed where any is protected
+        "guarded_anywhere": any(e.required_approvals > 0 for e in envs),
         "pending_requests": pending,
         "critical": next((e.critical for e in envs if e.key == current), False),
         "settings": settings,

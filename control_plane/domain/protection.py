@@ -2,8 +2,10 @@
 serves goes through (issue #34).
 
 An environment whose ``required_approvals`` is above 0 is protected: a flag's settings, rules,
-targets, prerequisites, rollout or toggle there, a schedule there, and a segment that a flag
-there uses, change only by applying an approved change request (``domain.changes``). The flag,
+targets, prerequisites, rollout or toggle there, a schedule there, a segment that a flag
+there uses, and a flag's own fields that every environment serves (its variations' values,
+``bucketBy``, ``clientSide``, whether it is archived), change only by applying an approved change
+request (``domain.changes``). The flag,
 segment and schedule services call :func:`refuse_unapproved` after their permission check
 (permission first, then protection: a viewer is told it lacks ``edit``, an editor or admin that
 the environment needs a change request). The change requests' apply marks its unit of work
@@ -52,6 +54,13 @@ async def refuse_unapproved_in(scope: Scope, environment_ids: Iterable[str], wha
     )
     if guarded:
         raise _refusal(what, guarded)
+
+
+async def refuse_unapproved_anywhere(scope: Scope, what: str) -> None:
+    """As :func:`refuse_unapproved`, for a change to a flag itself (its variations' values,
+    ``bucketBy``, ``clientSide``, archiving it): a flag is in every environment of its project,
+    so every protected one guards it."""
+    await refuse_unapproved_in(scope, [env.id for env in await scope.environments()], what)
 
 
 def _refusal(what: str, environments: list[Environment]) -> ApiError:

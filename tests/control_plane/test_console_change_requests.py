@@ -424,3 +424,35 @@ def test_a_segment_change_is_reviewed_and_applied_on_the_review_page(api: Api) -
     )
     assert applied.status_code == 303, applied.text[:500]
     assert api.get("/segments/vips").json()["included"] == ["u1", "u2"]
+
+
+def test_archiving_where_an_environment_is_protected_is_requested_and_reviewed(api: Api) -> None:
+    protected_flag(api)
+    console = Console(api)
+    console.join("ed@example.com", "editor")
+    console.join("ada@example.com", "admin")
+    flag_page = "/console/flags/checkout"
+    shown = console.as_("ed@example.com").get(flag_page).text
+    assert "Request to archive" in shown
+    version = str(api.get("/flags/checkout").json()["version"])
+    cr = request_id(console.post(flag_page, "/console/flags/checkout/archive", version=version))
+    assert api.get("/flags/checkout").json()["archived"] is False  # proposed, not done
+
+    review = console.as_("ada@example.com").get(f"/console/change-requests/{cr}").text
+    words = text_of(review)
+    assert "Flag checkout itself" in words
+    assert "archived" in words
+    assert "Archive checkout" in words  # the title it was given
+    approved = console.post(
+        f"/console/change-requests/{cr}",
+        f"/console/change-requests/{cr}/review",
+        decision="approve",
+        version="1",
+    )
+    assert approved.status_code == 303, approved.text[:500]
+    applied = console.post(
+        f"/console/change-requests/{cr}", f"/console/change-requests/{cr}/apply", version="1"
+    )
+    assert applied.status_code == 303, applied.text[:500]
+    assert api.get("/flags/checkout").json()["archived"] is True
+    assert "Request to restore" in console.get(flag_page).text

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from msgspec import UNSET, UnsetType
 
-from control_plane.domain.flags.schemas import EnvironmentSettingsIn, RuleIn
+from control_plane.domain.flags.schemas import EnvironmentSettingsIn, FlagPatch, RuleIn
 from control_plane.domain.schemas import ApiIn, ApiOut
 from control_plane.domain.segments.schemas import SegmentPatch
 
@@ -21,6 +21,10 @@ class ChangeIn(ApiIn):
     ``PUT /flags/{key}/environments/{env}`` (``enabled`` included), ``rules`` in the shape of
     ``PUT …/rules``'s ``rules`` (the whole list); one of them or both.
 
+    A change to the flag itself, which every environment serves: ``flagPatch`` in the shape of
+    ``PATCH /flags/{key}``'s body, and/or ``archived`` (true archives it, false restores it), in
+    an item of its own (a request may carry both items of one flag; they apply in order).
+
     A segment's change: ``patch`` in the shape of ``PATCH /segments/{key}``'s body. A segment is
     the project's, so the change reaches every environment whose flags use it (deleting a segment
     through a request is not offered)."""
@@ -30,6 +34,8 @@ class ChangeIn(ApiIn):
     rules: list[RuleIn] | None = None
     segment: str | None = None
     patch: SegmentPatch | None = None
+    flag_patch: FlagPatch | None = None
+    archived: bool | None = None
 
 
 class ChangeRequestCreate(ApiIn):
@@ -56,7 +62,8 @@ class ReviewIn(ApiIn):
 
 
 class FieldDiff(ApiOut):
-    # a flag's: enabled, offVariation, fallthrough, targets, prerequisites or rules;
+    # a flag setting's: enabled, offVariation, fallthrough, targets, prerequisites or rules;
+    # the flag's own: a field of PATCH /flags/{key} or archived;
     # a segment's: name, description, included, excluded or rules
     field: str
     before: Any  # live now (for an applied request: what it replaced)
@@ -76,10 +83,12 @@ class Moved(ApiOut, omit_defaults=True):
 
 
 class ItemChange(ApiOut):
-    """One item of a request, against what is live: a flag's (``flag``, ``settings`` and/or
-    ``rules``) or a segment's (``segment``, ``patch``)."""
+    """One item of a request, against what is live: a flag setting's (``flag``, ``settings``
+    and/or ``rules``), the flag's own (``flag``, ``flagPatch`` and/or ``archived``) or a
+    segment's (``segment``, ``patch``)."""
 
-    base_version: int  # the flag setting's or the segment's version the request was based on
+    # the version the request was based on: the flag setting's, the flag's or the segment's
+    base_version: int
     live_version: int | None  # now (null: the flag or segment is gone)
     moved: list[Moved]  # what moved underneath since: applying refuses while any did
     diff: list[FieldDiff]
@@ -88,6 +97,8 @@ class ItemChange(ApiOut):
     rules: list[dict[str, Any]] | None = None
     segment: str | None = None
     patch: dict[str, Any] | None = None  # as given
+    flag_patch: dict[str, Any] | None = None  # as given
+    archived: bool | None = None
 
 
 class Review(ApiOut):

@@ -45,7 +45,16 @@ from control_plane.domain import validation as base
 from control_plane.domain.changes import schemas as s
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.flags import schemas as flags
-from control_plane.domain.flags.services import put_rules, put_settings, rules_out, settings_out
+from control_plane.domain.flags.services import (
+    archive_flag,
+    get_flag,
+    patch_flag,
+    put_rules,
+    put_settings,
+    restore_flag,
+    rules_out,
+    settings_out,
+)
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.rows import flag_setting
 from control_plane.domain.segments import schemas as segments
@@ -58,6 +67,17 @@ PAST_SLACK = timedelta(minutes=1)
 HORIZON = timedelta(days=5 * 366)
 FIELDS = ("enabled", "offVariation", "fallthrough", "targets", "prerequisites", "rules")
 SEGMENT_FIELDS = ("name", "description", "included", "excluded", "rules")
+# the flag's own, in PATCH /flags/{key}'s order, then archived
+FLAG_FIELDS = (
+    "name",
+    "description",
+    "tags",
+    "temporary",
+    "clientSide",
+    "bucketBy",
+    "variations",
+    "archived",
+)
 OWN = "own_change_request"
 
 
@@ -72,7 +92,30 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+def _own(item: dict[str, Any]) -> bool:
+    """An item that changes the flag itself (``flagPatch``, ``archived``), not a setting."""
+    return "flagPatch" in item or "archived" in item
+
+
+def _stored_variations(patch: dict[str, Any]) -> dict[str, Any]:
+    """A flag patch without its nulls, but a variation's value as given (JSON may hold null)."""
+    out = {k: v for k, v in patch.items() if v is not None and k != "variations"}
+    if patch.get("variations") is not None:
+        out["variations"] = [
+            {k: v for k, v in x.items() if v is not None or k == "value"}
+            for x in patch["variations"]
+        ]
+    return out
+
+
 def _stored(item: s.ChangeIn) -> dict[str, Any]:
+    if item.flag_patch is not None or item.archived is not None:
+        own: dict[str, Any] = {"flag": item.flag}
+        if item.flag_patch is not None:
+            own["flagPatch"] = _stored_variations(msgspec.to_builtins(item.flag_patch))
+        if item.archived is not None:
+            own["archived"] = item.archived
+        return own
     if item.segment is not None:
         patch = msgspec.to_builtins(item.patch) if item.patch is not None else {}
         return {"segment": item.segment, "patch": _without_nulls(patch)}
@@ -99,13 +142,28 @@ async def _live_segment(scope: Scope, key: str) -> tuple[int, dict[str, Any]]:
     return int(out["version"]), {name: out[name] for name in SEGMENT_FIELDS}
 
 
+async def _live_flag(scope: Scope, key: str) -> tuple[int, dict[str, Any]]:
+    """The flag's own version and fields, in the API's shape."""
+    out = to_json(await get_flag(scope, key))
+    return int(out["version"]), {name: out[name] for name in FLAG_FIELDS}
+
+
 def _base_key(item: dict[str, Any]) -> str:
-    """Where ``bases`` keeps an item's base: a flag's key, ``segment:`` and a segment's key."""
-    return f"segment:{item['segment']}" if "segment" in item else str(item["flag"])
+    """Where ``bases`` keeps an item's base: a flag setting's under the flag's key, the flag's
+    own under ``flag:`` and its key, a segment's under ``segment:`` and its key."""
+    if "segment" in item:
+        return f"segment:{item['segment']}"
+    return f"flag:{item['flag']}" if _own(item) else str(item["flag"])
 
 
 def _named(item: dict[str, Any]) -> str:
     return f"segment {item['segment']!r}" if "segment" in item else f"flag {item['flag']!r}"
+
+
+def _fields(item: dict[str, Any]) -> tuple[str, ...]:
+    if "segment" in item:
+        return SEGMENT_FIELDS
+    return FLAG_FIELDS if _own(item) else FIELDS
 
 
 async def _live_item(
@@ -113,20 +171,37 @@ async def _live_item(
 ) -> tuple[int, dict[str, Any]]:
     if "segment" in item:
         return await _live_segment(scope, item["segment"])
+    if _own(item):
+        return await _live_flag(scope, item["flag"])
     return await _live(scope, item["flag"], env.key)
 
 
+def _desired(item: dict[str, Any]) -> dict[str, Any]:
+    """What the item sets, field by field, in the API's field order (JSONB keeps no order)."""
+    if "segment" in item:
+        given = item.get("patch", {})
+        return {name: given[name] for name in SEGMENT_FIELDS if name in given}
+    if _own(item):
+        own = {**item.get("flagPatch", {})}
+        if "archived" in item:
+            own["archived"] = item["archived"]
+        return {name: own[name] for name in FLAG_FIELDS if name in own}
+    desired = {**item.get("settings", {})}
+    if "rules" in item:
+        desired["rules"] = item["rules"]
+    return desired
+
+
 def _moved(item: dict[str, Any], base_state: dict[str, Any], live: dict[str, Any]) -> list[s.Moved]:
-    segment = item.get("segment")
     return [
         s.Moved(
             flag=item.get("flag"),
-            segment=segment,
+            segment=item.get("segment"),
             field=name,
             base=base_state.get(name),
             live=live.get(name),
         )
-        for name in (SEGMENT_FIELDS if segment is not None else FIELDS)
+        for name in _fields(item)
         if base_state.get(name) != live.get(name)
     ]
 
@@ -169,13 +244,7 @@ async def _item_change(
         live_version, live = await _live_item(scope, env, item)
     except ApiError:  # the flag or segment was deleted since
         live_version, live = None, {}
-    if "segment" in item:
-        given = item.get("patch", {})  # in the API's field order (JSONB keeps no order)
-        desired = {name: given[name] for name in SEGMENT_FIELDS if name in given}
-    else:
-        desired = {**item.get("settings", {})}
-        if "rules" in item:
-            desired["rules"] = item["rules"]
+    desired = _desired(item)
     shown = base_state if row.status == "applied" else live
     diff = [
         s.FieldDiff(
@@ -201,6 +270,8 @@ async def _item_change(
         rules=item.get("rules"),
         segment=item.get("segment"),
         patch=item.get("patch"),
+        flag_patch=item.get("flagPatch"),
+        archived=item.get("archived"),
     )
 
 
@@ -215,16 +286,16 @@ def _differs(name: str, before: Any, after: Any) -> bool:
 
 async def _required(scope: Scope, row: ChangeRequest, env: Environment) -> int:
     """The approvals the request needs now: its environment's, or more where a segment it changes
-    is used by a flag of an environment that requires more."""
-    needed = env.required_approvals
+    is used by a flag of an environment that requires more, or where it changes a flag itself
+    (which every environment serves) and an environment requires more."""
     ids: set[str] = set()
+    envs = {e.id: e for e in await scope.environments()}
     for item in row.changes:
         if "segment" in item:
             ids |= await environments_using(scope, item["segment"])
-    if ids:
-        envs = {e.id: e for e in await scope.environments()}
-        needed = max([needed, *(envs[i].required_approvals for i in ids if i in envs)])
-    return needed
+        elif _own(item):
+            ids |= set(envs)
+    return max([env.required_approvals, *(envs[i].required_approvals for i in ids if i in envs)])
 
 
 async def _out(
@@ -350,13 +421,49 @@ async def _check_segment(
     if key in seen:
         problems.add(f"{where}.segment", f"{key!r} is listed twice: one item a segment")
     seen.add(key)
-    for name in ("settings", "rules"):
-        if getattr(change, name) is not None:
+    for name, value in (
+        ("settings", change.settings),
+        ("rules", change.rules),
+        ("flagPatch", change.flag_patch),
+        ("archived", change.archived),
+    ):
+        if value is not None:
             problems.add(f"{where}.{name}", "a flag's: a segment's change is given as patch")
     if change.patch is None:
         problems.add(f"{where}.patch", "give the segment's patch (the body of PATCH /segments)")
     elif not msgspec.to_builtins(change.patch):
         problems.add(f"{where}.patch", "names no field to change")
+
+
+def _check_flag(
+    problems: base.Problems, i: int, change: s.ChangeIn, flag: Flag | None, seen: set[str]
+) -> None:
+    """A flag's item: its setting's (settings, rules) or its own (flagPatch, archived)."""
+    where = f"changes[{i}]"
+    own = change.flag_patch is not None or change.archived is not None
+    if change.patch is not None:
+        problems.add(f"{where}.patch", "a segment's: a flag's change is settings/rules/flagPatch")
+    if flag is None:
+        problems.add(f"{where}.flag", f"unknown flag {change.flag!r}")
+    elif flag.archived and not own:
+        problems.add(f"{where}.flag", f"flag {change.flag!r} is archived")
+    seen_as = f"flag:{change.flag}" if own else str(change.flag)
+    if seen_as in seen:
+        problems.add(f"{where}.flag", f"{change.flag!r} is listed twice: one item a flag")
+    seen.add(seen_as)
+    if own:
+        if change.settings is not None or change.rules is not None:
+            problems.add(
+                where,
+                "the flag's own change (flagPatch, archived) and its settings or rules "
+                "are two items",
+            )
+        elif change.flag_patch is not None and not msgspec.to_builtins(change.flag_patch):
+            problems.add(f"{where}.flagPatch", "names no field to change")
+    elif change.settings is None and change.rules is None:
+        problems.add(where, "give settings, rules, flagPatch or archived")
+    elif change.settings is not None and not msgspec.to_builtins(change.settings):
+        problems.add(f"{where}.settings", "names no field to change")
 
 
 async def _check_changes(scope: Scope, problems: base.Problems, changes: list[s.ChangeIn]) -> None:
@@ -379,24 +486,10 @@ async def _check_changes(scope: Scope, problems: base.Problems, changes: list[s.
                 problems.add(f"changes[{i}].flag", "name a flag or a segment")
             else:
                 await _check_segment(scope, problems, i, change.segment, change, seen_segments)
-            continue
-        if change.segment is not None:
+        elif change.segment is not None:
             problems.add(f"changes[{i}].segment", "an item names a flag or a segment, not both")
-            continue
-        if change.patch is not None:
-            problems.add(f"changes[{i}].patch", "a segment's: a flag's change is settings/rules")
-        flag = flags_found.get(change.flag)
-        if flag is None:
-            problems.add(f"changes[{i}].flag", f"unknown flag {change.flag!r}")
-        elif flag.archived:
-            problems.add(f"changes[{i}].flag", f"flag {change.flag!r} is archived")
-        if change.flag in seen:
-            problems.add(f"changes[{i}].flag", f"{change.flag!r} is listed twice: one item a flag")
-        seen.add(change.flag)
-        if change.settings is None and change.rules is None:
-            problems.add(f"changes[{i}]", "give settings, rules or both")
-        elif change.settings is not None and not msgspec.to_builtins(change.settings):
-            problems.add(f"changes[{i}].settings", "names no field to change")
+        else:
+            _check_flag(problems, i, change, flags_found.get(change.flag), seen)
 
 
 async def _run(scope: Scope, env: Environment, changes: list[dict[str, Any]]) -> None:
@@ -407,6 +500,13 @@ async def _run(scope: Scope, env: Environment, changes: list[dict[str, Any]]) ->
             if "segment" in item:
                 patch = msgspec.convert(item["patch"], segments.SegmentPatch)
                 await patch_segment(scope, item["segment"], patch)
+            if "flagPatch" in item:
+                own = msgspec.convert(item["flagPatch"], flags.FlagPatch)
+                await patch_flag(scope, item["flag"], own)
+            if item.get("archived") is True:
+                await archive_flag(scope, item["flag"])
+            elif item.get("archived") is False:
+                await restore_flag(scope, item["flag"])
             if "settings" in item:
                 body = msgspec.convert(item["settings"], flags.EnvironmentSettingsIn)
                 await put_settings(scope, item["flag"], env.key, body)

@@ -31,7 +31,11 @@ from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
 from control_plane.domain.paging import Page, paged
-from control_plane.domain.protection import protected, refuse_unapproved
+from control_plane.domain.protection import (
+    protected,
+    refuse_unapproved,
+    refuse_unapproved_anywhere,
+)
 from control_plane.domain.rows import (
     find_flag,
     flag_setting,
@@ -360,6 +364,9 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
         else None
     )
     problems.raise_if_any()
+    served_anew = _served_anew(flag, body, variations)
+    if served_anew:
+        await refuse_unapproved_anywhere(scope, f"changing {served_anew} of flag {key!r}")
     served = (flag.bucket_by, flag.variations)
     if body.bucket_by is not msgspec.UNSET:
         flag.bucket_by = body.bucket_by
@@ -393,6 +400,22 @@ async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
     after = await get_flag(scope, key)
     scope.audit("flag.update", "flag", key, before=before, after=after)
     return after
+
+
+def _served_anew(flag: Flag, body: s.FlagPatch, variations: list[w.Variation] | None) -> str:
+    """Which of the flag's own fields that every environment serves the patch changes (a
+    variation's value; a new variation serves nothing yet, a removed one served nothing)."""
+    changed = []
+    if variations is not None:
+        before = {int(x["idx"]): x["value"] for x in flag.variations}
+        after = {int(x["idx"]): x["value"] for x in map(_stored, variations)}
+        if any(after[idx] != value for idx, value in before.items() if idx in after):
+            changed.append("the value of a variation")
+    if body.bucket_by is not msgspec.UNSET and body.bucket_by != flag.bucket_by:
+        changed.append("bucketBy")
+    if body.client_side is not msgspec.UNSET and body.client_side != flag.client_side:
+        changed.append("clientSide")
+    return ", ".join(changed)
 
 
 async def _variations_in_use(scope: Scope, flag: Flag) -> dict[int, str]:
@@ -518,6 +541,7 @@ async def archive_flag(scope: Scope, key: str) -> s.Flag:
     await _expect_flag(scope, flag)
     if flag.archived:
         raise conflict(f"flag {key!r} is already archived")
+    await refuse_unapproved_anywhere(scope, f"archiving flag {key!r}")
     dependents = await _dependents(scope, key)
     if dependents:
         names = ", ".join(sorted({f"{f} ({e})" for f, e in dependents}))
@@ -539,6 +563,7 @@ async def restore_flag(scope: Scope, key: str) -> s.Flag:
     await _expect_flag(scope, flag)
     if not flag.archived:
         raise conflict(f"flag {key!r} is not archived")
+    await refuse_unapproved_anywhere(scope, f"restoring flag {key!r}")
     before = await get_flag(scope, key)
     flag.archived = False
     flag.archived_at = None
