@@ -35,6 +35,7 @@ import struct
 import time
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -76,6 +77,46 @@ class Batch:
     events: list[dict[str, Any]]
     end: Position
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    offset: int
+    end: int
+    events: list[dict[str, Any]]
+
+
+def _frames(handle: BinaryIO, start: int, limit: int) -> Iterator[_Frame]:
+    """The one reader of the record format: each whole, intact record of ``handle`` from
+    ``start`` that ends by ``limit``, in order. It stops at the first record that is cut short,
+    fails its checksum or does not decode (where it stopped is the last record's ``end``, or
+    ``start``)."""
+    offset = start
+    handle.seek(start)
+    while offset + _HEADER.size <= limit:
+        header = handle.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return
+        length, crc = _HEADER.unpack(header)
+        end = offset + _HEADER.size + length
+        if end > limit:
+            return
+        payload = handle.read(length)
+        if len(payload) != length or zlib.crc32(payload) != crc:
+            return
+        try:
+            events = _decoder.decode(payload)
+        except msgspec.DecodeError:
+            return
+        yield _Frame(offset, end, events)
+        offset = end
+
+
+def _whole(path: Path, start: int = 0) -> tuple[list[_Frame], int]:
+    """Every intact record of a segment file from ``start``, and where they end."""
+    with open(path, "rb") as handle:
+        frames = list(_frames(handle, start, os.fstat(handle.fileno()).st_size))
+    return frames, frames[-1].end if frames else start
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -157,7 +198,7 @@ class Spool:
         segments = [s for s in segments if s >= self._cursor.segment]
         if segments:
             path = self._path(segments[-1])
-            good = self._scan(path.read_bytes())[1]
+            good = _whole(path)[1]
             if good < path.stat().st_size:
                 logger.warning("cutting a torn record off %s at byte %d", path.name, good)
                 with open(path, "r+b") as handle:
@@ -165,30 +206,13 @@ class Spool:
                     os.fsync(handle.fileno())
         return segments
 
-    @staticmethod
-    def _scan(data: bytes, start: int = 0) -> tuple[list[tuple[int, int, int]], int]:
-        """(offset, end, event count) of each whole record from ``start``, and the end of the last."""
-        records = []
-        offset = start
-        while offset + _HEADER.size <= len(data):
-            length, crc = _HEADER.unpack_from(data, offset)
-            end = offset + _HEADER.size + length
-            if end > len(data):
-                break
-            payload = data[offset + _HEADER.size : end]
-            if zlib.crc32(payload) != crc:
-                break
-            records.append((offset, end, len(_decoder.decode(payload))))
-            offset = end
-        return records, offset
-
     def _measure(self) -> tuple[int, int]:
         total_bytes = total_events = 0
         for segment in self._segments:
             start = self._cursor.offset if segment == self._cursor.segment else 0
-            records, _ = self._scan(self._path(segment).read_bytes(), start)
-            total_bytes += sum(end - offset for offset, end, _ in records)
-            total_events += sum(count for _, _, count in records)
+            frames, _ = _whole(self._path(segment), start)
+            total_bytes += sum(f.end - f.offset for f in frames)
+            total_events += sum(len(f.events) for f in frames)
         return total_bytes, total_events
 
     # --- appending --------------------------------------------------------------------------------
@@ -389,8 +413,8 @@ class Spool:
         """Whole, durable records from ``origin`` (default: the cursor), up to ``max_events`` and
         ``max_bytes`` of records (at least one record if any). Records a write is still adding
         (not yet fsync'd, so not yet acknowledged to their sender) are not read; unreadable
-        bytes at the end of an older segment are skipped. Only the records read are read from
-        disk, not the rest of their segment."""
+        bytes at the end of an older segment are skipped. Only the records read (and the next,
+        to see that it does not fit) are read from disk, not the rest of their segment."""
         events: list[dict[str, Any]] = []
         position = self._cursor if origin is None else origin
         durable_segment, durable_offset = self._durable
@@ -408,30 +432,14 @@ class Spool:
                 limit = durable_offset if segment == durable_segment else length_on_disk
                 limit = min(limit, length_on_disk)
                 offset = start
-                if handle is not None:
-                    handle.seek(start)
-                while handle is not None and offset + _HEADER.size <= limit:
-                    header = handle.read(_HEADER.size)
-                    if len(header) < _HEADER.size:
-                        break
-                    length, crc = _HEADER.unpack(header)
-                    end = offset + _HEADER.size + length
-                    if end > limit:
-                        break
-                    if events and max_bytes is not None and size + (end - offset) > max_bytes:
-                        return Batch(events, Position(segment, offset), size)
-                    payload = handle.read(length)
-                    if len(payload) != length or zlib.crc32(payload) != crc:
-                        break
-                    try:
-                        record = _decoder.decode(payload)
-                    except msgspec.DecodeError:
-                        break
-                    if events and len(events) + len(record) > max_events:
-                        return Batch(events, Position(segment, offset), size)
-                    events.extend(record)
-                    size += end - offset
-                    offset = end
+                for frame in [] if handle is None else _frames(handle, start, limit):
+                    too_big = max_bytes is not None and size + frame.end - frame.offset > max_bytes
+                    too_many = len(events) + len(frame.events) > max_events
+                    if events and (too_big or too_many):
+                        return Batch(events, Position(segment, frame.offset), size)
+                    events.extend(frame.events)
+                    size += frame.end - frame.offset
+                    offset = frame.end
             finally:
                 if handle is not None:
                     handle.close()

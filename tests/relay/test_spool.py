@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,27 @@ def test_a_torn_tail_is_cut_and_earlier_records_kept(tmp_path: Path) -> None:
     assert spool.pending_events == 6
     assert segment.stat().st_size == len(data)
     assert drain(spool) == [f"id-{i}" for i in range(6)]
+
+
+def test_a_tail_whose_checksum_holds_but_does_not_decode_is_cut_too(tmp_path: Path) -> None:
+    """Start-up and reading share one reader of the record format: a record that passes its
+    checksum but is not a list of events ends the good part for both (start-up used to raise)."""
+
+    async def fill() -> None:
+        spool = Spool(tmp_path)
+        spool.start()
+        await spool.append(events(0, 2))
+        await spool.stop()
+
+    asyncio.run(fill())
+    [segment] = list(tmp_path.glob("*.log"))
+    good = segment.read_bytes()
+    junk = b"\xc1not msgpack"
+    segment.write_bytes(good + struct.pack(">II", len(junk), zlib.crc32(junk)) + junk)
+    spool = Spool(tmp_path)
+    assert spool.pending_events == 2
+    assert segment.stat().st_size == len(good)
+    assert drain(spool) == ["id-0", "id-1"]
 
 
 def test_full_spool_refuses(tmp_path: Path) -> None:
