@@ -44,7 +44,11 @@ from shared.wire.snapshot import (
 # --------------------------------------------------------------------------------- YAML loading
 
 
-class _JsonishLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no stubs
+# libyaml's parser where PyYAML has it (collecting the suite parses these files hundreds of times)
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _JsonishLoader(_SafeLoader):  # type: ignore[misc,valid-type]  # PyYAML ships no stubs
     """YAML with JSON's scalars: ``on``/``yes`` are strings, no dates, no base-60 integers."""
 
 
