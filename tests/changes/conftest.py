@@ -80,3 +80,13 @@ def propose(api: Api, key: str, **body: Any) -> dict[str, Any]:
     made = api.post("/change-requests", payload, key=key)
     assert made.status_code == 201, made.text
     return made.json()  # type: ignore[no-any-return]
+
+
+def apply_approved(team: Team, rid: str) -> dict[str, Any]:
+    """An admin approves the request, its editor author applies it."""
+    api = team.api
+    approved = api.post(f"/change-requests/{rid}/approve", {}, key=team.admin)
+    assert approved.status_code == 200, approved.text
+    applied = api.post(f"/change-requests/{rid}/apply", key=team.editor)
+    assert applied.status_code == 200, applied.text
+    return applied.json()  # type: ignore[no-any-return]

@@ -10,19 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.changes.conftest import Team, propose
+from tests.changes.conftest import Team, apply_approved, propose
 from tests.conftest import Api
 
 FLAG = "/flags/checkout"
-
-
-def apply_approved(team: Team, rid: str) -> dict[str, Any]:
-    api = team.api
-    approved = api.post(f"/change-requests/{rid}/approve", {}, key=team.admin)
-    assert approved.status_code == 200, approved.text
-    applied = api.post(f"/change-requests/{rid}/apply", key=team.editor)
-    assert applied.status_code == 200, applied.text
-    return applied.json()  # type: ignore[no-any-return]
 
 
 def string_flag(api: Api) -> None:

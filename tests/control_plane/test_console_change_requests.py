@@ -56,6 +56,15 @@ def settings_version(api: Api, flag: str, env: str = "production") -> str:
     return str(api.get(f"/flags/{flag}/environments/{env}").json()["version"])
 
 
+def approve_and_apply(console: Console, cr: str) -> None:
+    """The signed-in reviewer approves version 1 of ``cr`` on its review page, then applies it."""
+    page = f"/console/change-requests/{cr}"
+    approved = console.post(page, f"{page}/review", decision="approve", version="1")
+    assert approved.status_code == 303, approved.text[:500]
+    applied = console.post(page, f"{page}/apply", version="1")
+    assert applied.status_code == 303, applied.text[:500]
+
+
 def text_of(html: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#39;", "'")
 
@@ -412,17 +421,7 @@ def test_a_segment_change_is_reviewed_and_applied_on_the_review_page(api: Api) -
     listed = text_of(console.get("/console/change-requests").text)
     assert "segment vips" in listed
 
-    approved = console.post(
-        f"/console/change-requests/{cr}",
-        f"/console/change-requests/{cr}/review",
-        decision="approve",
-        version="1",
-    )
-    assert approved.status_code == 303, approved.text[:500]
-    applied = console.post(
-        f"/console/change-requests/{cr}", f"/console/change-requests/{cr}/apply", version="1"
-    )
-    assert applied.status_code == 303, applied.text[:500]
+    approve_and_apply(console, cr)
     assert api.get("/segments/vips").json()["included"] == ["u1", "u2"]
 
 
@@ -443,16 +442,6 @@ def test_archiving_where_an_environment_is_protected_is_requested_and_reviewed(a
     assert "Flag checkout itself" in words
     assert "archived" in words
     assert "Archive checkout" in words  # the title it was given
-    approved = console.post(
-        f"/console/change-requests/{cr}",
-        f"/console/change-requests/{cr}/review",
-        decision="approve",
-        version="1",
-    )
-    assert approved.status_code == 303, approved.text[:500]
-    applied = console.post(
-        f"/console/change-requests/{cr}", f"/console/change-requests/{cr}/apply", version="1"
-    )
-    assert applied.status_code == 303, applied.text[:500]
+    approve_and_apply(console, cr)
     assert api.get("/flags/checkout").json()["archived"] is True
     assert "Request to restore" in console.get(flag_page).text
