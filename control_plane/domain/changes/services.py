@@ -57,7 +57,15 @@ MAX_CHANGES = 50
 PAST_SLACK = timedelta(minutes=1)
 HORIZON = timedelta(days=5 * 366)
 FIELDS = ("enabled", "offVariation", "fallthrough", "targets", "prerequisites", "rules")
-SEGMENT_FIELDS = ("name", "description", "included", "excluded", "rules")
+SEGMENT_FIELDS = (
+    "name",
+    "description",
+    "included",
+    "excluded",
+    "includedContexts",
+    "excludedContexts",
+    "rules",
+)
 OWN = "own_change_request"
 
 
