@@ -184,3 +184,68 @@ def test_a_segments_contexts_of_other_kinds_are_edited_on_its_page(
 
     assert serious_violations(page, axe_source) == []
     shot(page, "segment-kinds")
+
+
+def test_saving_a_form_as_shown_keeps_the_kinds_the_api_set(site: Site, context: Any) -> None:
+    """Kinds set through the API survive a person saving the console's forms unchanged."""
+    assert site.api("POST", "/flags", {"key": "kinds-kept"}).status_code == 201
+    settings = "/flags/kinds-kept/environments/staging"
+    rollout = {"rollout": [{"idx": 0, "weight": 30}, {"idx": 1, "weight": 70}]}
+    body = {
+        "targets": [
+            {"variation": 0, "values": ["acme"], "contextKind": "org"},
+            {"variation": 0, "values": ["u1"]},
+            {"variation": 1, "values": ["d-1", "d-2"], "contextKind": "device"},
+        ],
+        "fallthrough": {**rollout, "contextKind": "org", "bucketBy": "/tier"},
+    }
+    assert site.api("PUT", settings, body).status_code == 200
+    rules = {
+        "rules": [
+            {
+                "id": "r1",
+                "clauses": [{"attribute": "plan", "values": ["pro"]}],
+                "serve": {**rollout, "contextKind": "device"},
+            }
+        ]
+    }
+    assert site.api("PUT", settings + "/rules", rules).status_code == 200
+    segment = {
+        "key": "kinds-kept",
+        "includedContexts": [{"contextKind": "org", "values": ["acme"]}],
+        "excludedContexts": [{"contextKind": "device", "values": ["d-9"]}],
+        "rules": [
+            {
+                "clauses": [{"attribute": "plan", "values": ["pro"]}],
+                "weight": 50,
+                "contextKind": "org",
+            }
+        ],
+    }
+    assert site.api("POST", "/segments", segment).status_code == 201
+    before = (
+        site.api("GET", settings).json(),
+        site.api("GET", settings + "/rules").json()["rules"],
+        site.api("GET", "/segments/kinds-kept").json(),
+    )
+
+    page = context.new_page()
+    sign_in(page, site)
+    page.goto(site.cp.url + "/console/flags/kinds-kept?env=staging")
+    for button in ("Save settings", "Save targets", "Save rules"):
+        page.get_by_role("button", name=button).click()
+        page.wait_for_load_state()
+        assert page.locator("#form-error").count() == 0, button
+    page.goto(site.cp.url + "/console/segments/kinds-kept")
+    page.get_by_role("button", name="Save segment").click()
+    page.wait_for_url("**/console/segments/kinds-kept")
+    after = (
+        site.api("GET", settings).json(),
+        site.api("GET", settings + "/rules").json()["rules"],
+        site.api("GET", "/segments/kinds-kept").json(),
+    )
+    assert after[0]["targets"] == before[0]["targets"]
+    assert after[0]["fallthrough"] == before[0]["fallthrough"]
+    assert after[1] == before[1]
+    for name in ("includedContexts", "excludedContexts", "rules"):
+        assert after[2][name] == before[2][name], name
