@@ -51,8 +51,18 @@ def _part(form: Any, side: str) -> metric_s.PartAggregation:
 KINDS = ("management", "server", "relay", "public")
 
 
+CONTEXT_LISTS = ("includedContexts", "excludedContexts")
+
+
 def _lines(text: str | None) -> list[str]:
     return [line.strip() for line in (text or "").splitlines() if line.strip()]
+
+
+def _renumbered(field: str, listed: dict[str, tuple[list[forms.KeysForm], list[int]]]) -> str:
+    """An error about the k-th item of a list sent, named as the form's row it came from."""
+    for name, (_, positions) in listed.items():
+        field = forms.renumbered(field, name, positions)
+    return field
 
 
 class SegmentPages(ListPage):
@@ -104,6 +114,10 @@ class SegmentPages(ListPage):
                 return error_page(request, who, exc, key)
             used = await segments.flags_using(scope, key)
         typed = extra.pop("rule_forms", None)
+        rows = extra.pop("context_rows", None) or {
+            "includedContexts": forms.context_rows(found.included_contexts),
+            "excludedContexts": forms.context_rows(found.excluded_contexts),
+        }
         return page(
             request,
             who,
@@ -114,6 +128,7 @@ class SegmentPages(ListPage):
             typed=extra.pop("typed", None),  # name, description, members as typed
             used=used,
             rule_forms=typed if typed is not None else forms.segment_rules_from_api(found.rules),
+            context_rows=rows,
             operators=forms.OPERATORS,
             **extra,
         )
@@ -128,15 +143,25 @@ class SegmentPages(ListPage):
         as_typed = {
             name: forms.text(form, name) for name in ("name", "description", "included", "excluded")
         }
+        # keys of other kinds: a row per kind; a row with no key lists nothing
+        rows = {name: forms.groups_from_form(form, name) for name in CONTEXT_LISTS}
+        listed = {name: forms.listing(typed_rows) for name, typed_rows in rows.items()}
         if action != "save":  # an editor button: show the segment as edited, save nothing
             return await self._show(
-                request, who, key, rule_forms=forms.edit_rules(typed, action), typed=as_typed
+                request,
+                who,
+                key,
+                rule_forms=forms.edit_rules(typed, action),
+                typed=as_typed,
+                context_rows=rows,
             )
         body = seg_s.SegmentPatch(
             name=forms.text(form, "name").strip() or msgspec.UNSET,
             description=forms.text(form, "description"),
             included=_lines(forms.text(form, "included")),
             excluded=_lines(forms.text(form, "excluded")),
+            included_contexts=forms.contexts_in(listed["includedContexts"][0]),
+            excluded_contexts=forms.contexts_in(listed["excludedContexts"][0]),
             rules=[forms.segment_rule_in(rule) for rule in typed],
         )
         _, error = await do(
@@ -154,6 +179,9 @@ class SegmentPages(ListPage):
                     "overwritten; the form shows what is stored now."
                 )
             )
+            first = error.details[0].field if error.details else None
+            if first is not None and message.startswith(first + ":"):  # "field: why", renamed
+                message = _renumbered(first, listed) + message[len(first) :]
             stale = error.status == 412  # show what is stored now; else what was typed
             return await self._show(
                 request,
@@ -161,9 +189,13 @@ class SegmentPages(ListPage):
                 key,
                 error.status,
                 error=message,
-                errors=field_errors(error.details),
+                errors={
+                    _renumbered(field, listed): why
+                    for field, why in field_errors(error.details).items()
+                },
                 rule_forms=None if stale else typed,
                 typed=None if stale else as_typed,
+                context_rows=None if stale else rows,
             )
         return Redirect(f"/console/segments/{key}", status_code=303)
 

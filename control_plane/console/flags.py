@@ -8,6 +8,7 @@ field it names, and a stale version (412) as the conflict with what changed mean
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -226,7 +227,10 @@ class FlagPages(Controller):
         body = s.EnvironmentSettingsIn(
             off_variation=int(off) if off.lstrip("-").isdigit() else -1,
             fallthrough=forms.serve_in(
-                forms.text(form, "fallthrough"), weights, forms.text(form, "bucketBy")
+                forms.text(form, "fallthrough"),
+                weights,
+                forms.text(form, "bucketBy"),
+                forms.text(form, "contextKind"),
             ),
         )
         return await self._propose_or_write(
@@ -238,16 +242,19 @@ class FlagPages(Controller):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
-        targets = []
-        for name, value in form.items():
-            if name.startswith("targets[") and name.endswith("]"):
-                idx = name[len("targets[") : -1]
-                keys = [line.strip() for line in str(value).splitlines() if line.strip()]
-                if idx.isdigit() and keys:
-                    targets.append(s.TargetIn(variation=int(idx), values=keys))
-        body = s.EnvironmentSettingsIn(targets=targets)
+        # each row: a kind (blank: users), the variation, its keys; a row with no key says nothing
+        rows, positions = forms.listing(forms.groups_from_form(form, "targets"))
+        body = s.EnvironmentSettingsIn(targets=forms.targets_in(rows))
         return await self._propose_or_write(
-            request, who, key, env, form, "targets", settings=body, typed=dict(form)
+            request,
+            who,
+            key,
+            env,
+            form,
+            "targets",
+            settings=body,
+            typed=dict(form),
+            rename=lambda name: forms.renumbered(name, "targets", positions),
         )
 
     @post("/{key:str}/environments/{env:str}/prerequisites")
@@ -386,6 +393,7 @@ class FlagPages(Controller):
         typed: dict[str, Any] | None = None,
         rule_forms: list[forms.RuleForm] | None = None,
         title: str = "",
+        rename: Callable[[str], str] | None = None,
     ) -> Response[Any]:
         """A form of the flag page: written at once, or, in an environment that requires
         approvals, proposed as a change request of the same body (then its review page)."""
@@ -401,7 +409,7 @@ class FlagPages(Controller):
                     await services.put_rules(scope, key, env, s.RulesIn(rules=rules))
         except ApiError as exc:
             return await self._failed(
-                request, who, key, env, _unprefixed(exc), form_name, typed, rule_forms
+                request, who, key, env, _unprefixed(exc, rename), form_name, typed, rule_forms
             )
         anchor = {"rules": "#rules", "prerequisites": "#prerequisites"}.get(form_name, "")
         return Redirect(f"/console/flags/{key}?env={env}{anchor}", status_code=303)
@@ -426,6 +434,8 @@ class FlagPages(Controller):
                 return error_page(request, who, missing, key)
         if rule_forms is not None and exc.status != 412:
             context["rule_forms"] = rule_forms
+        if form_name == "targets" and typed and exc.status != 412:
+            context["target_rows"] = forms.groups_from_form(typed, "targets")  # as typed
         return page(
             request,
             who,
@@ -492,9 +502,10 @@ async def _propose_archived(
     return await change_requests.create(scope, body)
 
 
-def _unprefixed(exc: ApiError) -> ApiError:
+def _unprefixed(exc: ApiError, rename: Callable[[str], str] | None = None) -> ApiError:
     """A change request's error about its one flag (``changes[0].fallthrough``) named as the
-    flag page's field (``fallthrough``), so the page shows it beside its input."""
+    flag page's field (``fallthrough``), so the page shows it beside its input; ``rename`` then
+    names the form's row an error is about (``forms.renumbered``)."""
     prefixes = ("changes[0].settings.", "changes[0].")
     details = []
     for detail in exc.details:
@@ -503,10 +514,13 @@ def _unprefixed(exc: ApiError) -> ApiError:
             if name.startswith(prefix):
                 name = name[len(prefix) :]
                 break
-        details.append(FieldError(name, detail.message))
+        details.append(FieldError(rename(name) if rename else name, detail.message))
+    message = exc.message
+    if exc.details and message.startswith(exc.details[0].field + ":"):  # "field: why", renamed
+        message = details[0].field + message[len(exc.details[0].field) :]
     return ApiError(
         exc.status,
-        exc.message,
+        message,
         code=exc.code,
         details=details,
         current_version=exc.current_version,
@@ -539,14 +553,12 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
     current: str = env if env is not None and env in keys else (keys[0] if keys else "")
     settings = await services.get_settings(scope, key, current)
     rules = await services.get_rules(scope, key, current)
-    choice, weights, bucket = forms.serve_form(settings.fallthrough)
     segment_keys = [
         seg.key for seg in (await segments.list_segments(scope, limit=MAX_LIMIT, cursor=None)).items
     ]
     history = await audit.entries(
         scope, audit.AuditFilter(resource_type="flag", resource_key=key), limit=20, cursor=None
     )
-    targets = {t.variation: forms.lines_of(t.values) for t in settings.targets}
     planned = await schedules.list_schedules(scope, key, current, None, limit=50, cursor=None)
     references = await coderefs.refs_of_flag(scope, key)
     attached = await flag_metrics.flag_metric_keys(scope, key)
@@ -570,12 +582,12 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
         "pending_requests": pending,
         "critical": next((e.critical for e in envs if e.key == current), False),
         "settings": settings,
-        "fallthrough": {"choice": choice, "weights": weights, "bucket_by": bucket},
+        "fallthrough": forms.serve_form(settings.fallthrough),
         "rules_version": rules.version,
         "rule_forms": forms.rules_from_api(rules.rules),
         "operators": forms.OPERATORS,
         "segments": segment_keys,
-        "targets": targets,
+        "target_rows": forms.target_rows(settings.targets, [v.idx for v in flag.variations]),
         "prerequisites": prerequisites,
         "schedules": planned.items,
         "references": references.references,

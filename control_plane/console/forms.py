@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -108,23 +108,29 @@ class RuleForm:
     weights: dict[int, str] = field(default_factory=dict)  # idx -> percent as typed
     bucket_by: str = ""
     weight: str = ""  # a segment rule's: the percent of matching contexts that are in ("": all)
+    context_kind: str = ""  # the kind a rollout (or a segment rule's weight) buckets ("": users)
 
     def to_api(self) -> s.RuleIn:
         return s.RuleIn(
             id=self.id or None,
             description=self.description,
             clauses=[c.to_api() for c in self.clauses],
-            serve=serve_in(self.serve, self.weights, self.bucket_by),
+            serve=serve_in(self.serve, self.weights, self.bucket_by, self.context_kind),
         )
 
 
-def serve_in(choice: str, weights: Mapping[int, str], bucket_by: str) -> s.ServeIn:
+def serve_in(
+    choice: str, weights: Mapping[int, str], bucket_by: str, context_kind: str = ""
+) -> s.ServeIn:
+    """A serve as chosen: a variation, or a rollout bucketed by ``bucket_by`` of the contexts
+    of ``context_kind`` (blank: the flag's own, of users)."""
     if choice == "rollout":
         return s.ServeIn(
             rollout=[
                 s.WeightIn(idx=idx, weight=_percent(text)) for idx, text in sorted(weights.items())
             ],
             bucket_by=bucket_by.strip() or None,
+            context_kind=context_kind.strip() or None,
         )
     return s.ServeIn(variation=int(choice) if choice.lstrip("-").isdigit() else -1)
 
@@ -136,13 +142,25 @@ def _percent(text: str) -> float:
         return -1.0  # the API refuses it as "a percentage from 0 to 100", naming the field
 
 
-def serve_form(serve: s.Serve) -> tuple[str, dict[int, str], str]:
-    """(choice, weights, bucket_by) of a stored serve, for the editor."""
+@dataclass
+class ServeForm:
+    """A stored serve as the editor shows it."""
+
+    choice: str  # a variation idx, or "rollout"
+    weights: dict[int, str] = field(default_factory=dict)
+    bucket_by: str = ""
+    context_kind: str = ""
+
+
+def serve_form(serve: s.Serve) -> ServeForm:
     if isinstance(serve.rollout, list):
-        weights = {w.idx: f"{w.weight:g}" for w in serve.rollout}
-        bucket = serve.bucket_by if isinstance(serve.bucket_by, str) else ""
-        return "rollout", weights, bucket
-    return str(serve.variation), {}, ""
+        return ServeForm(
+            "rollout",
+            {w.idx: f"{w.weight:g}" for w in serve.rollout},
+            serve.bucket_by if isinstance(serve.bucket_by, str) else "",
+            serve.context_kind if isinstance(serve.context_kind, str) else "",
+        )
+    return ServeForm(str(serve.variation))
 
 
 def clauses_from_api(clauses: list[s.Clause]) -> list[ClauseForm]:
@@ -162,9 +180,18 @@ def clauses_from_api(clauses: list[s.Clause]) -> list[ClauseForm]:
 def rules_from_api(rules: list[s.Rule]) -> list[RuleForm]:
     out = []
     for rule in rules:
-        choice, weights, bucket = serve_form(rule.serve)
-        clauses = clauses_from_api(rule.clauses)
-        out.append(RuleForm(rule.id, rule.description, clauses, choice, weights, bucket))
+        served = serve_form(rule.serve)
+        out.append(
+            RuleForm(
+                rule.id,
+                rule.description,
+                clauses_from_api(rule.clauses),
+                served.choice,
+                served.weights,
+                served.bucket_by,
+                context_kind=served.context_kind,
+            )
+        )
     return out
 
 
@@ -197,6 +224,8 @@ def rules_from_form(form: Mapping[str, Any]) -> list[RuleForm]:
             setattr(rule, rest, text)
         elif rest == "bucketBy":
             rule.bucket_by = text
+        elif rest == "contextKind":
+            rule.context_kind = text
     return [rules[i] for i in sorted(rules)]
 
 
@@ -208,6 +237,7 @@ def segment_rules_from_api(rules: list[seg_s.SegmentRule]) -> list[RuleForm]:
             clauses=clauses_from_api(rule.clauses),
             weight="" if rule.weight is None else f"{rule.weight:g}",
             bucket_by=rule.bucket_by or "",
+            context_kind=rule.context_kind or "",
         )
         for rule in rules
     ]
@@ -220,7 +250,99 @@ def segment_rule_in(rule: RuleForm) -> seg_s.SegmentRuleIn:
         clauses=[c.to_api() for c in rule.clauses],
         weight=_percent(weight) if weight else None,
         bucket_by=rule.bucket_by.strip() or None,
+        context_kind=rule.context_kind.strip() or None,
     )
+
+
+@dataclass
+class KeysForm:
+    """Keys of contexts of one kind, as typed: a flag's individual target (``targets[i]``, with
+    the variation they get) or an item of a segment's ``includedContexts``/``excludedContexts``."""
+
+    context_kind: str = ""  # a target's blank: users
+    values: str = ""  # one key per line
+    variation: str = ""  # a target's idx
+
+    def keys(self) -> list[str]:
+        return [line.strip() for line in self.values.splitlines() if line.strip()]
+
+
+_GROUP = re.compile(r"^(\w+)\[(\d+)\]\.(contextKind|values|variation)$")
+
+
+def groups_from_form(form: Mapping[str, Any], name: str) -> list[KeysForm]:
+    """The rows ``name[i].contextKind`` / ``.values`` / ``.variation`` of a form, in order."""
+    rows: dict[int, KeysForm] = {}
+    for field_name, value in form.items():
+        match = _GROUP.match(field_name)
+        if match is None or match.group(1) != name:
+            continue
+        row = rows.setdefault(int(match.group(2)), KeysForm())
+        text = value if isinstance(value, str) else ""
+        attr = {"contextKind": "context_kind"}.get(match.group(3), match.group(3))
+        setattr(row, attr, text)
+    return [rows[i] for i in sorted(rows)]
+
+
+def listing(rows: Sequence[KeysForm]) -> tuple[list[KeysForm], list[int]]:
+    """The rows that list a key (a row left blank, or emptied to remove it, says nothing) and
+    where each is on the form: the API's ``targets[1]`` is the form's ``targets[positions[1]]``."""
+    positions = [i for i, row in enumerate(rows) if row.keys()]
+    return [rows[i] for i in positions], positions
+
+
+def renumbered(field_name: str, name: str, positions: Sequence[int]) -> str:
+    """An API error's field about the k-th row sent (``targets[1].values[0]``) named as the
+    form's row it came from (``targets[2].values[0]``), so the page shows it beside that row."""
+    prefix = name + "["
+    if field_name.startswith(prefix):
+        index, closed, rest = field_name[len(prefix) :].partition("]")
+        if closed and index.isdigit() and int(index) < len(positions):
+            return f"{name}[{positions[int(index)]}]{rest}"
+    return field_name
+
+
+def targets_in(rows: Sequence[KeysForm]) -> list[s.TargetIn]:
+    """A flag's targets as typed: each row's keys, of its kind (blank: users), get its variation."""
+    return [
+        s.TargetIn(
+            variation=int(row.variation) if row.variation.lstrip("-").isdigit() else -1,
+            values=row.keys(),
+            context_kind=row.context_kind.strip() or None,
+        )
+        for row in rows
+    ]
+
+
+def target_rows(targets: Sequence[s.Target], idxs: Sequence[int]) -> list[KeysForm]:
+    """A flag's targets for the editor, then blank rows to add more: at least one, and one per
+    variation while there are fewer targets than variations (a variation each, in order)."""
+    rows = [
+        KeysForm(
+            t.context_kind if isinstance(t.context_kind, str) else "",
+            lines_of(t.values),
+            str(t.variation),
+        )
+        for t in targets
+    ]
+    blanks = max(1, len(idxs) - len(rows))
+    return rows + [
+        KeysForm(variation=str(idxs[k % len(idxs)]) if idxs else "") for k in range(blanks)
+    ]
+
+
+def contexts_in(rows: Sequence[KeysForm]) -> list[seg_s.ContextKeysIn]:
+    """A segment's keys of other kinds as typed: each row's keys, of its kind."""
+    return [
+        seg_s.ContextKeysIn(context_kind=row.context_kind.strip(), values=row.keys())
+        for row in rows
+    ]
+
+
+def context_rows(listed: Sequence[seg_s.ContextKeys]) -> list[KeysForm]:
+    """A segment's ``includedContexts`` (or ``excludedContexts``) for the editor, and a blank
+    row to add a kind."""
+    return [KeysForm(c.context_kind, lines_of(c.values)) for c in listed] + [KeysForm()]
 
 
 def edit_rules(rules: list[RuleForm], action: str) -> list[RuleForm]:

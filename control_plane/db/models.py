@@ -261,6 +261,13 @@ class Segment(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     included: Mapped[list[str]] = mapped_column(Json, default=list)
     excluded: Mapped[list[str]] = mapped_column(Json, default=list)
+    # keys of other kinds: [{"contextKind": ..., "values": [...]}] (``shared.wire.ContextKeys``)
+    included_contexts: Mapped[list[dict[str, Any]]] = mapped_column(
+        Json, default=list, server_default="[]"
+    )
+    excluded_contexts: Mapped[list[dict[str, Any]]] = mapped_column(
+        Json, default=list, server_default="[]"
+    )
     rules: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
     version: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -119,6 +119,12 @@ def segment_snapshot(segment: Segment) -> w.SegmentSnapshot:
         version=segment.version,
         included=tuple(segment.included),
         excluded=tuple(segment.excluded),
+        included_contexts=tuple(
+            msgspec.convert(x, w.ContextKeys) for x in segment.included_contexts
+        ),
+        excluded_contexts=tuple(
+            msgspec.convert(x, w.ContextKeys) for x in segment.excluded_contexts
+        ),
         rules=tuple(msgspec.convert(x, w.SegmentRule) for x in segment.rules),
     )
 

@@ -189,3 +189,37 @@ def test_a_request_of_an_unprotected_environment_needs_production_approvals(team
     assert refused.json()["error"]["code"] == "approvals_missing"
     apply_approved(team, request["id"])
     assert api.get("/segments/vips").json()["included"] == ["u1", "u3"]
+
+
+def test_a_request_carries_a_segments_lists_of_other_kinds(team: Team) -> None:
+    """``includedContexts`` / ``excludedContexts`` of ``PATCH /segments/{key}`` pass through a
+    request: diffed against live, applied by the segments' service, bad ones naming the field."""
+    api = team.api
+    vips_in_production(team)
+    orgs = [{"contextKind": "org", "values": ["acme"]}]
+    request = propose_segment(team, {"includedContexts": orgs, "excludedContexts": []})
+    (change,) = request["changes"]
+    assert change["patch"] == {"includedContexts": orgs, "excludedContexts": []}
+    diff = {d["field"]: d for d in change["diff"]}
+    assert diff["includedContexts"] == {
+        "field": "includedContexts",
+        "before": [],
+        "after": orgs,
+        "changed": True,
+    }
+    assert diff["excludedContexts"]["changed"] is False
+    apply_approved(team, request["id"])
+    live = api.get("/segments/vips").json()
+    assert live["includedContexts"] == orgs
+    assert live["version"] == 2
+    details = refusal(
+        api,
+        team.editor,
+        [
+            {
+                "segment": "vips",
+                "patch": {"includedContexts": [{"contextKind": "multi", "values": []}]},
+            }
+        ],
+    )
+    assert "changes[0].includedContexts[0].contextKind" in [d["field"] for d in details]

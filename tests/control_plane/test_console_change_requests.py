@@ -181,7 +181,7 @@ def test_rules_and_targets_are_proposed_and_a_bad_one_is_refused_beside_its_fiel
         page,
         "/console/flags/checkout/environments/production/targets",
         version=version,
-        **{"targets[0]": "user-1\nuser-2"},
+        **{"targets[0].variation": "0", "targets[0].values": "user-1\nuser-2"},
     )
     assert api.get(f"/change-requests/{request_id(targets)}").json()["changes"][0]["settings"][
         "targets"
@@ -313,7 +313,7 @@ def test_reject_needs_a_comment_a_moved_base_is_shown_and_refused_and_close(api:
             page,
             "/console/flags/checkout/environments/production/targets",
             version=settings_version(api, "checkout"),
-            **{"targets[0]": "user-9"},
+            **{"targets[0].variation": "0", "targets[0].values": "user-9"},
         )
     )
     review = f"/console/change-requests/{again}"

@@ -162,3 +162,11 @@ def test_a_segment_edit_ships_the_segment_and_no_flag(api: Api) -> None:
         assert patch.flags == {}
         assert patch.segments["beta"].included == ("u9",)
         assert comparable(relay.held["production"]) == comparable(expected["production"])
+        # keys of other kinds travel with the segment (issue #35)
+        orgs = {"includedContexts": [{"contextKind": "org", "values": ["acme"]}]}
+        assert api.patch("/segments/beta", orgs).status_code == 200
+        expected = from_scratch(api)
+        (patch,) = relay.catch_up(expected)
+        assert isinstance(patch, p.Patch)
+        assert patch.segments["beta"].included_contexts == (w.ContextKeys("org", ("acme",)),)
+        assert comparable(relay.held["production"]) == comparable(expected["production"])

@@ -64,7 +64,8 @@ class ReviewIn(ApiIn):
 class FieldDiff(ApiOut):
     # a flag setting's: enabled, offVariation, fallthrough, targets, prerequisites or rules;
     # the flag's own: a field of PATCH /flags/{key} or archived;
-    # a segment's: name, description, included, excluded or rules
+    # a segment's: name, description, included, excluded, includedContexts, excludedContexts or
+    # rules
     field: str
     before: Any  # live now (for an applied request: what it replaced)
     after: Any  # as the request would set it

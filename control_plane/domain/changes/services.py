@@ -66,7 +66,15 @@ MAX_CHANGES = 50
 PAST_SLACK = timedelta(minutes=1)
 HORIZON = timedelta(days=5 * 366)
 FIELDS = ("enabled", "offVariation", "fallthrough", "targets", "prerequisites", "rules")
-SEGMENT_FIELDS = ("name", "description", "included", "excluded", "rules")
+SEGMENT_FIELDS = (
+    "name",
+    "description",
+    "included",
+    "excluded",
+    "includedContexts",
+    "excludedContexts",
+    "rules",
+)
 # the flag's own, in PATCH /flags/{key}'s order, then archived
 FLAG_FIELDS = (
     "name",

@@ -17,12 +17,24 @@ class SegmentRuleIn(ApiIn):
     context_kind: str | None = None  # the kind whose bucketBy is hashed; none: the user's
 
 
+class ContextKeysIn(ApiIn):
+    """Keys of contexts of one kind (LaunchDarkly's ``includedContexts`` item)."""
+
+    context_kind: str
+    values: list[str]
+
+
 class SegmentCreate(ApiIn):
+    """``included``/``excluded``: user keys; ``includedContexts``/``excludedContexts``: keys of
+    other kinds, one item per kind. Included comes first, then excluded, then the rules."""
+
     key: str
     name: str | None = None
     description: str = ""
     included: list[str] = msgspec.field(default_factory=list)
     excluded: list[str] = msgspec.field(default_factory=list)
+    included_contexts: list[ContextKeysIn] = msgspec.field(default_factory=list)
+    excluded_contexts: list[ContextKeysIn] = msgspec.field(default_factory=list)
     rules: list[SegmentRuleIn] = msgspec.field(default_factory=list)
 
 
@@ -31,6 +43,8 @@ class SegmentPatch(ApiIn):
     description: str | UnsetType = UNSET
     included: list[str] | UnsetType = UNSET
     excluded: list[str] | UnsetType = UNSET
+    included_contexts: list[ContextKeysIn] | UnsetType = UNSET
+    excluded_contexts: list[ContextKeysIn] | UnsetType = UNSET
     rules: list[SegmentRuleIn] | UnsetType = UNSET
 
 
@@ -42,6 +56,11 @@ class SegmentRule(ApiOut):
     context_kind: str | None = None
 
 
+class ContextKeys(ApiOut):
+    context_kind: str
+    values: list[str]
+
+
 class Segment(ApiOut):
     id: str
     key: str
@@ -49,6 +68,8 @@ class Segment(ApiOut):
     description: str
     included: list[str]
     excluded: list[str]
+    included_contexts: list[ContextKeys]
+    excluded_contexts: list[ContextKeys]
     rules: list[SegmentRule]
     version: int
     created_at: datetime

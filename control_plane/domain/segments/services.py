@@ -24,8 +24,16 @@ from control_plane.domain.targeting.schemas import clause_out
 from control_plane.errors import conflict, invalid, not_found
 from shared.engine import CompileError, segment_cycle, segments_named, validate_segment
 from shared.wire import snapshot as w
+from shared.wire.kinds import USER
 
 MAX_MEMBERS = 100_000
+
+
+def _listed_out(stored: list[dict[str, object]]) -> list[s.ContextKeys]:
+    return [
+        s.ContextKeys(context_kind=listed.context_kind or USER, values=list(listed.values))
+        for listed in (msgspec.convert(x, w.ContextKeys) for x in stored)
+    ]
 
 
 def segment_out(row: Segment) -> s.Segment:
@@ -37,6 +45,8 @@ def segment_out(row: Segment) -> s.Segment:
         description=row.description,
         included=list(row.included),
         excluded=list(row.excluded),
+        included_contexts=_listed_out(row.included_contexts),
+        excluded_contexts=_listed_out(row.excluded_contexts),
         rules=[
             s.SegmentRule(
                 id=r.id,
@@ -60,6 +70,28 @@ def _members(problems: base.Problems, field: str, keys: Sequence[str]) -> list[s
         if not key:
             problems.add(f"{field}[{i}]", "a context key is not empty")
     return list(dict.fromkeys(keys))
+
+
+def _contexts(
+    problems: base.Problems, field: str, given: Sequence[s.ContextKeysIn]
+) -> list[dict[str, object]]:
+    """Keys of other kinds, one item per kind, each key once: stored as the wire's
+    ``ContextKeys`` (``includedContexts[0].values[1]`` names a bad key)."""
+    out = []
+    first: dict[str, int] = {}  # kind -> the item listing it
+    for i, listed in enumerate(given):
+        kind = targeting.context_kind(problems, f"{field}[{i}].contextKind", listed.context_kind)
+        if kind in first:
+            problems.add(
+                f"{field}[{i}].contextKind",
+                f"kind {kind!r} is listed twice: list its keys once, in {field}[{first[kind]}]",
+            )
+        first.setdefault(str(kind), i)
+        values = _members(problems, f"{field}[{i}].values", listed.values)
+        out.append(msgspec.to_builtins(w.ContextKeys(context_kind=kind, values=tuple(values))))
+    if sum(len(listed.values) for listed in given) > MAX_MEMBERS:
+        problems.add(field, f"at most {MAX_MEMBERS} keys")
+    return out
 
 
 def _rules(
@@ -188,6 +220,8 @@ async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
     base.check_name(problems, "name", name)
     included = _members(problems, "included", body.included)
     excluded = _members(problems, "excluded", body.excluded)
+    included_contexts = _contexts(problems, "includedContexts", body.included_contexts)
+    excluded_contexts = _contexts(problems, "excludedContexts", body.excluded_contexts)
     others = await _all(scope)
     rules = _rules(problems, body.rules, frozenset(r.key for r in others))
     problems.raise_if_any()
@@ -201,6 +235,8 @@ async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
         description=body.description,
         included=included,
         excluded=excluded,
+        included_contexts=included_contexts,
+        excluded_contexts=excluded_contexts,
         rules=[msgspec.to_builtins(r) for r in rules],
         version=1,
         created_at=now,
@@ -238,6 +274,14 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
         if body.excluded is not msgspec.UNSET
         else None
     )
+    listed = {
+        name: _contexts(problems, field, given)
+        for name, field, given in (
+            ("included_contexts", "includedContexts", body.included_contexts),
+            ("excluded_contexts", "excludedContexts", body.excluded_contexts),
+        )
+        if given is not msgspec.UNSET
+    }
     others = [r for r in await _all(scope) if r.key != key]
     rules = (
         _rules(problems, body.rules, frozenset(r.key for r in others))
@@ -256,6 +300,8 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
         row.included = included
     if excluded is not None:
         row.excluded = excluded
+    for name, value in listed.items():
+        setattr(row, name, value)
     row.version += 1
     row.updated_at = utcnow()
     _check_with_engine(row, others)
