@@ -71,8 +71,18 @@ def test_plan_a_mean_experiment_with_three_variants(api: Api) -> None:
         # effect's square underflows, or the sample overflows)
         ({"baselineRate": 0.5, "mde": 1e-300}, "mde"),
         ({"baselineMean": 10, "baselineSd": 1, "mde": 1e-300}, "mde"),
-        ({"baselineMean": 1e-300, "baselineSd": 1e300, "mde": 1e-6}, "mde"),
         ({"baselineRate": 0.5, "mde": 1e-7}, "mde"),
+        # found from outside: nonsense baselines answered 'mde too small' (a variance that
+        # overflows or underflows) or a plan of 2 units (an effect whose square overflows)
+        ({"baselineMean": 10, "baselineSd": 1e308, "mde": 0.05}, "baselineSd"),
+        ({"baselineMean": 10, "baselineSd": 1e-300, "mde": 0.05}, "baselineSd"),
+        ({"baselineMean": 10, "baselineSd": 200_001, "mde": 0.05}, "baselineSd"),
+        ({"baselineMean": 1e308, "baselineSd": 1, "mde": 0.05}, "baselineMean"),
+        ({"baselineMean": -1e-300, "baselineSd": 1e-300, "mde": 0.05}, "baselineMean"),
+        ({"baselineMean": 1e-300, "baselineSd": 1e300, "mde": 1e-6}, "baselineMean"),
+        ({"baselineMean": 1e-300, "baselineSd": 1e300, "mde": 1e-6}, "baselineSd"),
+        ({"baselineRate": 1e-300, "mde": 0.05}, "baselineRate"),
+        ({"baselineRate": 1 - 1e-12, "mde": -0.05}, "baselineRate"),
         ({"baselineRate": 0.1, "mde": 0.05, "colour": 1}, "colour"),
     ],
 )
