@@ -175,7 +175,7 @@ def test_a_pace_needs_a_day_of_history_and_enough_units(api: Api) -> None:
     api.post(f"/experiments/{exp['key']}", {"status": "stopped"})
     stopped = power_of(api, exp["key"])
     assert stopped["unitsPerDay"] is None
-    assert stopped["paceNote"] == "not running: no pace"
+    assert stopped["paceNote"] == "not running"
     assert stopped["variants"]["treatment"]["daysNeeded"] is None
 
 

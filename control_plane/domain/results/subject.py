@@ -580,7 +580,7 @@ def pace(exposed_total: int, running_days: float | None) -> tuple[float | None, 
     running (``running_days`` None), or less history than :data:`PACE_MIN_DAYS` and
     :data:`PACE_MIN_UNITS`."""
     if running_days is None:
-        return None, "not running: no pace"
+        return None, "not running"
     if running_days < PACE_MIN_DAYS or exposed_total < PACE_MIN_UNITS:
         hours = max(0.0, running_days) * 24
         return None, (
