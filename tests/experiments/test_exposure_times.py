@@ -91,3 +91,31 @@ def test_a_relay_exposure_stamped_after_the_stop_is_left_out_however_late_it_arr
     again = api.post("/events", {"events": [after_stop]}, key=relay)  # a redelivery: the same
     assert again.json() == {"accepted": 0, "duplicates": 0, "conflicts": 0}
     assert api.get(f"/experiments/{exp['key']}").json()["exposed"] == 1
+
+
+def test_a_holdout_exposure_is_held_to_the_holdout_s_run_alike(api: Api) -> None:
+    made = api.post(
+        "/metrics", {"key": "buy", "name": "Buy", "event": "purchase", "aggregation": "conversion"}
+    )
+    assert made.status_code == 201, made.text
+    holdout = api.post("/holdouts", {"name": "Q4", "key": "q4", "share": 0.2, "metrics": ["buy"]})
+    assert holdout.status_code == 201, holdout.text
+    start = ms(datetime.fromisoformat(holdout.json()["startedAt"]))
+    relay = api.keys["relay"]
+
+    def held(unit: str, ts: int) -> dict[str, Any]:
+        props = {"holdout": "q4", "group": "holdout"}
+        return {"unit": unit, "event": "$exposure", "ts": ts, "props": props, "eventId": unit}
+
+    early = {"unit": "early", "event": "purchase", "ts": start - DAY_MS, "eventId": "p-early"}
+    sent = api.post("/events", {"events": [early, held("early", start - 3 * DAY_MS)]}, key=relay)
+    assert sent.json()["accepted"] == 2
+    results = api.get("/holdouts/q4/results").json()["results"]
+    group = next(v for v in results["variants"] if v["key"] == "holdout")
+    assert (group["exposed"], group["conversions"]) == (1, 0)
+
+    assert api.patch("/holdouts/q4", {"status": "stopped"}).status_code == 200
+    stopped = ms(datetime.fromisoformat(api.get("/holdouts/q4").json()["stoppedAt"]))
+    late = api.post("/events", {"events": [held("late", stopped + 60_000)]}, key=relay)
+    assert late.json()["accepted"] == 0
+    assert api.get("/holdouts/q4").json()["exposed"] == {"holdout": 1, "general": 0}
