@@ -11,12 +11,19 @@ checked against the experiment's status and the unit's deterministic variant. A 
 establishes an exposure (``$`` names are refused from public keys). Both insert with
 ``ON CONFLICT DO NOTHING``, so repeats — from retries, several relays, or both paths — never move a
 unit's first exposure or count it twice.
+
+An exposure event counts from its ``ts``, within its experiment's (or holdout's) run
+(:func:`within_run`): one stamped before the start counts from the start (a clock behind, or a
+backend stamping when it decided rather than when it served), and one stamped after the stop is
+not an exposure (a relay's spool may deliver late, so the stop is judged by ``ts``, never by the
+arrival). Recorded here, the one time the results, the time series and the pace all read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -97,6 +104,23 @@ async def record(session: AsyncSession, project_id: str, exposures: Sequence[Fir
         .returning(Exposure.unit)
     )
     return len((await session.execute(statement)).all())
+
+
+def within_run(
+    ts: int, started: datetime | None, stopped: datetime | None
+) -> tuple[int | None, str | None]:
+    """The time an exposure stamped ``ts`` (epoch ms) counts from in a run from ``started`` to
+    ``stopped`` (None: still running): ``ts``, or the start when it is earlier; or None and why
+    when it is stamped after the stop, or the run never started."""
+    if started is None:
+        return None, "it has never started"
+    if stopped is not None and ts > _ms(stopped):
+        return None, f"stamped after it stopped at {stopped.isoformat()}"
+    return max(ts, _ms(started)), None
+
+
+def _ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
 
 
 @dataclass(slots=True)
@@ -201,9 +225,12 @@ class Claims:
             if problem is not None:
                 return None, problem
         row = self.experiments[props["experiment"]]
+        at, outside = within_run(ts, row.started_at, row.stopped_at)
+        if at is None:
+            return None, ("ts", f"not an exposure to experiment {row.key!r}: {outside}")
         captured = captured_dimensions(props.get("dimensions"), row.dimensions or ())
         return FirstExposure(
-            "experiment", row.id, item.unit, props["variant"], ts, tuple(captured.items())
+            "experiment", row.id, item.unit, props["variant"], at, tuple(captured.items())
         ), None
 
     def _holdout(
@@ -224,4 +251,7 @@ class Claims:
             if problem is not None:
                 return None, problem
         row = self.holdouts[props["holdout"]]
-        return FirstExposure("holdout", row.id, item.unit, str(props["group"]), ts), None
+        at, outside = within_run(ts, row.started_at, row.stopped_at)
+        if at is None:
+            return None, ("ts", f"not an exposure to holdout {row.key!r}: {outside}")
+        return FirstExposure("holdout", row.id, item.unit, str(props["group"]), at), None

@@ -30,6 +30,16 @@ POWER: Bounds = (0.5, 0.999)
 """A plan's power: below 0.5 an experiment misses the effect more often than it finds it."""
 QUANTILE: Bounds = (0.001, 0.999)
 """A quantile metric's p: p0.1 to p99.9, what nearest-rank estimation reads from real samples."""
+BASELINE_RATE: Bounds = (1e-6, 1 - 1e-6)
+"""A planned conversion rate: one in a million to all but one in a million. Closer to 0 or 1 the
+effect of any mde is too small to square in doubles, and no sample that can exist detects it."""
+BASELINE_SIZE: Bounds = (1e-6, 2**53 - 1)
+"""A planned mean's size and its standard deviation per unit: event values are whole minor units
+up to 2^53 - 1, and within these bounds the effect, its square and the variance are all
+ordinary doubles (1e308 overflowed the variance, 1e-300 underflowed it)."""
+MAX_COEFFICIENT_OF_VARIATION = 1e4
+"""A planned standard deviation is at most this many times the mean's size: a revenue per unit
+converting once in 10^8 units has about this much; beyond it the sd is a typo, not a metric."""
 PERCENTILE_CAP: Bounds = (0.5, 0.9999)
 """A percentile cap: at least the median (a lower cap would flatten most units), at most p99.99."""
 ABSOLUTE_CAP: Bounds = (1, 2**53 - 1)

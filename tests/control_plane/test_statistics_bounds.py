@@ -2,7 +2,9 @@
 
 The bounds (``control_plane.domain.validation``, documented in docs/statistics.md): alpha in
 [0.001, 0.2], power in [0.5, 0.999], a quantile in [0.001, 0.999], a percentile cap in
-[0.5, 0.9999], an absolute cap in [1, 2^53 - 1] (event values are whole minor units).
+[0.5, 0.9999], an absolute cap in [1, 2^53 - 1] (event values are whole minor units); a plan's
+baseline rate in [1e-6, 1 - 1e-6], a baseline mean's size and sd in [1e-6, 2^53 - 1], the sd at
+most 10^4 times the mean's size.
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ NONSENSE: list[tuple[str, Any]] = [
     ("absolute", 1e-300),
     ("absolute", 0.99),
     ("absolute", MAX_SAFE + 1),
+    ("baselineRate", 1e-300),
+    ("baselineRate", 9e-7),
+    ("baselineRate", 1 - 1e-12),
+    ("baselineMean", 1e-300),
+    ("baselineMean", -9e-7),
+    ("baselineMean", 1e308),
+    ("baselineMean", -(MAX_SAFE + 2)),
+    ("baselineSd", 1e308),  # found from outside: answered 'mde too small'
+    ("baselineSd", MAX_SAFE + 2),
+    ("baselineSd", 1e-300),
+    ("baselineSd", 9e-7),
+    ("baselineSd", 100_001),  # over 10^4 times the mean (10)
 ]
 SENSIBLE: list[tuple[str, Any]] = [
     ("alpha", 0.001),
@@ -45,11 +59,25 @@ SENSIBLE: list[tuple[str, Any]] = [
     ("percentile", 0.9999),
     ("absolute", 1),
     ("absolute", MAX_SAFE),
+    ("baselineRate", 1e-6),
+    ("baselineRate", 1 - 1e-6),
+    ("baselineMean", 1e-6),
+    ("baselineMean", -1e-6),
+    ("baselineMean", MAX_SAFE),
+    ("baselineMean", -MAX_SAFE),
+    ("baselineSd", 1e-6),
+    ("baselineSd", 100_000),
 ]
 FIELD = {"percentile": "capping.value", "absolute": "capping.value"}
 
 
 def _send(api: Api, name: str, value: Any, n: int) -> Any:
+    if name == "baselineRate":
+        return api.post("/experiments/power", {name: value, "mde": 0.5 if value < 0.5 else -0.5})
+    if name == "baselineMean":
+        return api.post("/experiments/power", {name: value, "baselineSd": 1e-6, "mde": 0.05})
+    if name == "baselineSd":
+        return api.post("/experiments/power", {"baselineMean": 10, name: value, "mde": 0.05})
     if name in ("alpha", "power"):
         return api.post("/experiments/power", {"baselineRate": 0.1, "mde": 0.05, name: value})
     if name == "quantile":

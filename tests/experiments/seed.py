@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, insert, select
+from sqlalchemy import Engine, create_engine, insert, select, update
 
 from control_plane.db.engine import sync_url
 from control_plane.db.ingest import advance_statement
 from control_plane.db.models import Event, Experiment, Exposure, ExposureAttribute, Project
+from control_plane.db.types import utcnow
 from tests.conftest import Api
 
 DAY_MS = 24 * 3600 * 1000
@@ -87,6 +89,26 @@ def seed(
         advance(engine)
     finally:
         engine.dispose()
+
+
+def backdate(
+    api: Api, experiment_key: str, *, started: timedelta, stopped: timedelta | None = None
+) -> tuple[datetime, datetime | None]:
+    """Move an experiment's start ``started`` into the past (and its stop ``stopped`` ago, if
+    given), as an experiment started days ago has them; returns the (start, stop) written."""
+    now = utcnow()
+    values: dict[str, Any] = {"started_at": now - started}
+    if stopped is not None:
+        values["stopped_at"] = now - stopped
+    engine = create_engine(sync_url(api.database_url))
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                update(Experiment).where(Experiment.key == experiment_key).values(**values)
+            )
+    finally:
+        engine.dispose()
+    return values["started_at"], values.get("stopped_at")
 
 
 def advance(engine: Engine) -> None:

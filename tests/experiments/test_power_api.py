@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from tests.conftest import Api
-from tests.experiments.seed import create_experiment, metric, seed, units
+from tests.control_plane.test_console_http import signed_in
+from tests.experiments.seed import backdate, create_experiment, metric, seed, units
 
 MANUAL = {"name": "Checkout", "type": "manual", "goal": "purchase"}
 Z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
@@ -69,8 +71,18 @@ def test_plan_a_mean_experiment_with_three_variants(api: Api) -> None:
         # effect's square underflows, or the sample overflows)
         ({"baselineRate": 0.5, "mde": 1e-300}, "mde"),
         ({"baselineMean": 10, "baselineSd": 1, "mde": 1e-300}, "mde"),
-        ({"baselineMean": 1e-300, "baselineSd": 1e300, "mde": 1e-6}, "mde"),
         ({"baselineRate": 0.5, "mde": 1e-7}, "mde"),
+        # found from outside: nonsense baselines answered 'mde too small' (a variance that
+        # overflows or underflows) or a plan of 2 units (an effect whose square overflows)
+        ({"baselineMean": 10, "baselineSd": 1e308, "mde": 0.05}, "baselineSd"),
+        ({"baselineMean": 10, "baselineSd": 1e-300, "mde": 0.05}, "baselineSd"),
+        ({"baselineMean": 10, "baselineSd": 200_001, "mde": 0.05}, "baselineSd"),
+        ({"baselineMean": 1e308, "baselineSd": 1, "mde": 0.05}, "baselineMean"),
+        ({"baselineMean": -1e-300, "baselineSd": 1e-300, "mde": 0.05}, "baselineMean"),
+        ({"baselineMean": 1e-300, "baselineSd": 1e300, "mde": 1e-6}, "baselineMean"),
+        ({"baselineMean": 1e-300, "baselineSd": 1e300, "mde": 1e-6}, "baselineSd"),
+        ({"baselineRate": 1e-300, "mde": 0.05}, "baselineRate"),
+        ({"baselineRate": 1 - 1e-12, "mde": -0.05}, "baselineRate"),
         ({"baselineRate": 0.1, "mde": 0.05, "colour": 1}, "colour"),
     ],
 )
@@ -116,22 +128,54 @@ def test_results_power_block_matches_a_direct_computation(api: Api) -> None:
     assert "mde" in fields(api.get(f"/experiments/{exp['key']}?mde=abc"))
 
 
-def test_days_needed_come_from_the_current_rate_while_running(api: Api) -> None:
+def power_of(api: Api, key: str) -> dict[str, Any]:
+    response = api.get(f"/experiments/{key}")
+    assert response.status_code == 200, response.text
+    return response.json()["results"]["power"]  # type: ignore[no-any-return]
+
+
+def test_a_pace_needs_a_day_of_history_and_enough_units(api: Api) -> None:
+    # found from outside: 14 units just after the start answered 14,733 units a day, and so
+    # "Days at the current pace: 0.0" in the console
     exp = create_experiment(api, MANUAL)
+    seed(
+        api,
+        exp["key"],
+        {"control": units(3, None) + units(4), "treatment": units(4, None) + units(3)},
+        event="purchase",
+    )
+    fresh = power_of(api, exp["key"])
+    assert fresh["variants"]["treatment"]["additionalUnits"] > 0
+    assert fresh["unitsPerDay"] is None
+    assert fresh["paceNote"].startswith("not enough history yet (")
+    assert "14 exposed units" in fresh["paceNote"]
+    assert all(arm["daysNeeded"] is None for arm in fresh["variants"].values())
+    signed_in(api)
+    page = api.client.get(f"/console/experiments/{exp['key']}").text
+    assert "not enough history yet (" in page
+
+    backdate(api, exp["key"], started=timedelta(days=2))
+    few = power_of(api, exp["key"])
+    assert few["unitsPerDay"] is None
+    assert few["paceNote"].startswith("not enough history yet (14 exposed units")
     seed(
         api,
         exp["key"],
         {"control": units(30, None) + units(170), "treatment": units(36, None) + units(164)},
         event="purchase",
     )
-    running = api.get(f"/experiments/{exp['key']}").json()["results"]["power"]
-    assert running["unitsPerDay"] > 0
+    running = power_of(api, exp["key"])
+    assert running["paceNote"] is None
+    assert running["unitsPerDay"] == pytest.approx(414 / 2, rel=1e-3)
     days = running["variants"]["treatment"]["daysNeeded"]
     additional = running["variants"]["treatment"]["additionalUnits"]
     assert days == pytest.approx(additional / running["unitsPerDay"], rel=1e-6)
+    page = api.client.get(f"/console/experiments/{exp['key']}").text
+    assert "Current pace: 207 exposed units a day" in page
     api.post(f"/experiments/{exp['key']}", {"status": "stopped"})
-    stopped = api.get(f"/experiments/{exp['key']}").json()["results"]["power"]
+    stopped = power_of(api, exp["key"])
     assert stopped["unitsPerDay"] is None
+    assert stopped["paceNote"] == "not running"
     assert stopped["variants"]["treatment"]["daysNeeded"] is None
 
 

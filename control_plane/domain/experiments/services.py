@@ -832,6 +832,28 @@ MIN_RELATIVE_EFFECT = 1e-6
 percent): below it no sample of a size that can exist detects it."""
 
 
+def _check_mean_baseline(problems: v.Problems, mean: float | None, sd: float | None) -> None:
+    """A planned mean other than 0 (mde is relative to it) and its positive standard deviation
+    per unit, each of a size within ``v.BASELINE_SIZE``, the sd at most
+    ``v.MAX_COEFFICIENT_OF_VARIATION`` times the mean's size."""
+    low, high = v.BASELINE_SIZE
+    cv = v.MAX_COEFFICIENT_OF_VARIATION
+    mean_ok = mean is not None and low <= abs(mean) <= high  # NaN compares False
+    if mean is None:
+        problems.add("baselineMean", "required with baselineSd")
+    elif not mean_ok:
+        problems.add(
+            "baselineMean",
+            f"a mean other than 0 (mde is relative to it), of a size from {low:g} to {high:g}",
+        )
+    if sd is None:
+        problems.add("baselineSd", "a positive standard deviation per unit, required")
+    elif not low <= sd <= high:
+        problems.add("baselineSd", f"a standard deviation per unit: from {low:g} to {high:g}")
+    elif mean_ok and mean is not None and sd > cv * abs(mean):
+        problems.add("baselineSd", f"at most {cv:g} times the size of baselineMean")
+
+
 def plan(body: s.PowerIn) -> s.PowerOut:
     """Units per variant for a planned experiment (conversion or mean metric)."""
     from control_plane.analysis import power
@@ -843,16 +865,12 @@ def plan(body: s.PowerIn) -> s.PowerOut:
         problems.add(
             "baselineRate", "give baselineRate (conversion) or baselineMean and baselineSd (mean)"
         )
-    if body.baseline_rate is not None and not 0 < body.baseline_rate < 1:
-        problems.add("baselineRate", "a rate between 0 and 1 exclusive")
-    if by_mean and body.baseline_mean is None:
-        problems.add("baselineMean", "required with baselineSd")
-    if body.baseline_mean is not None and not (
-        math.isfinite(body.baseline_mean) and body.baseline_mean != 0
-    ):
-        problems.add("baselineMean", "a finite mean other than 0 (mde is relative to it)")
-    if by_mean and (body.baseline_sd is None or not (0 < body.baseline_sd < math.inf)):
-        problems.add("baselineSd", "a positive standard deviation per unit")
+    if body.baseline_rate is not None:
+        v.check_between(
+            problems, "baselineRate", body.baseline_rate, v.BASELINE_RATE, "a conversion rate"
+        )
+    if by_mean:
+        _check_mean_baseline(problems, body.baseline_mean, body.baseline_sd)
     if not (math.isfinite(body.mde) and abs(body.mde) >= MIN_RELATIVE_EFFECT and body.mde > -1):
         problems.add(
             "mde",

@@ -568,6 +568,28 @@ def _variance(summary: ArmSummary) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
+PACE_MIN_DAYS = 1.0
+"""A pace (exposed units per day) needs a day of history: fewer hours see one part of the daily
+cycle (a night, a morning's peak) and an hour's units multiplied by 24 are no forecast."""
+PACE_MIN_UNITS = 100
+"""... and this many exposed units: a handful of them divided by any time is noise."""
+
+
+def pace(exposed_total: int, running_days: float | None) -> tuple[float | None, str | None]:
+    """Exposed units per day since the start, or ``None`` with the reason there is none yet: not
+    running (``running_days`` None), or less history than :data:`PACE_MIN_DAYS` and
+    :data:`PACE_MIN_UNITS`."""
+    if running_days is None:
+        return None, "not running"
+    if running_days < PACE_MIN_DAYS or exposed_total < PACE_MIN_UNITS:
+        hours = max(0.0, running_days) * 24
+        return None, (
+            f"not enough history yet ({exposed_total:,} exposed units in {hours:.1f} hours; "
+            f"a pace needs {PACE_MIN_DAYS * 24:.0f} hours and {PACE_MIN_UNITS} units)"
+        )
+    return _finite(exposed_total / running_days), None
+
+
 def power_block(
     result: AnalysisResult,
     exposed_total: int,
@@ -576,10 +598,11 @@ def power_block(
     variants: int,
 ) -> dict[str, Any]:
     """Per treatment: the minimum detectable effect at the current sample (relative, percent) and
-    the units per variant (and days at the current rate) to detect ``target_effect`` (relative)
-    with power 0.8 in a two-sided fixed-horizon test at alpha / (number of treatments)."""
+    the units per variant (and days at the current :func:`pace`) to detect ``target_effect``
+    (relative) with power 0.8 in a two-sided fixed-horizon test at alpha / (number of
+    treatments)."""
     treatments = max(1, variants - 1)
-    rate = exposed_total / running_days if running_days and running_days > 0 else None
+    rate, pace_note = pace(exposed_total, running_days)
     control = result.control
     mean_c = control.adjusted_mean if control.adjusted_mean is not None else control.mean
     var_c = _variance(control)
@@ -618,6 +641,7 @@ def power_block(
         "alpha": ALPHA,
         "power": POWER,
         "targetEffect": 100.0 * target_effect,
-        "unitsPerDay": _finite(rate) if rate else None,
+        "unitsPerDay": rate,
+        "paceNote": pace_note,
         "variants": arms,
     }
