@@ -156,9 +156,8 @@ def verdict(
         return Verdict(
             "not-yet",
             None,
-            f"not yet: {reached:,} of the {planned:,} units per variant planned (a "
-            f"fixed-horizon test read before its planned sample names false winners far above "
-            f"its alpha); so far: {why}",
+            f"not yet: {reached:,} of the {planned:,} units per variant planned; so far (an "
+            f"estimate, not a verdict): {why}",
             planned,
             reached,
             missing,
