@@ -111,7 +111,8 @@ class Verdict:
     """What the results conclude. ``winner`` is ``None`` unless ``state`` is ``winner``;
     ``planned_per_arm`` is the sample a fixed-horizon engine waits for (``None`` for the
     sequential engine), ``reached_per_arm`` the smallest arm's units, ``units_still_needed`` the
-    units all arms together still lack (0 once reached)."""
+    units all arms together still lack (0 once reached). ``reading`` is what the comparisons
+    say at this look (:func:`decide_winner`'s reason): before the plan, an estimate only."""
 
     state: VerdictState
     winner: str | None
@@ -119,6 +120,7 @@ class Verdict:
     planned_per_arm: int | None
     reached_per_arm: int
     units_still_needed: int
+    reading: str
 
 
 def verdict(
@@ -149,7 +151,7 @@ def verdict(
     reached = min(exposed.values(), default=0)
     if engine == "sequential":
         state: VerdictState = "winner" if winner is not None else "no-winner"
-        return Verdict(state, winner, why, None, reached, 0)
+        return Verdict(state, winner, why, None, reached, 0, why)
     planned = max(min_per_arm, planned_per_arm or 0)
     missing = sum(max(0, planned - n) for n in exposed.values())
     if reached < planned:
@@ -161,7 +163,7 @@ def verdict(
             planned,
             reached,
             missing,
+            why,
         )
-    return Verdict(
-        "winner" if winner is not None else "no-winner", winner, why, planned, reached, 0
-    )
+    state = "winner" if winner is not None else "no-winner"
+    return Verdict(state, winner, why, planned, reached, 0, why)

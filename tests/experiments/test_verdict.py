@@ -63,11 +63,17 @@ def test_a_fixed_horizon_engine_names_the_winner_only_at_the_planned_sample(
         "unitsStillNeeded": 2 * (planned - 150),
         "targetEffect": 5.0,
         "power": 0.8,
+        "reading": "'treatment' is significantly better than control on the primary metric "
+        f"({treatment['uplift']:+.2f}%) and harms no guardrail",
     }
     assert results["winnerReason"].startswith(f"not yet: 150 of the {planned:,} units")
     shown = banner(api, key)
     assert shown.startswith(f"No winner yet: 150 of the {planned:,} units per variant planned")
-    assert "Winner:" not in api.client.get(f"/console/experiments/{key}").text
+    page = api.client.get(f"/console/experiments/{key}").text
+    assert "Winner:" not in page
+    assert f"So far (an estimate, not a verdict): {results['verdict']['reading']}" in page.replace(
+        "&#39;", "'"
+    )
 
     # the same rates past the plan (which moves a little with the variances): now a verdict
     more = planned - 150 + 60

@@ -582,6 +582,7 @@ def verdict_block(decided: Verdict) -> dict[str, Any]:
         "unitsStillNeeded": decided.units_still_needed,
         "targetEffect": 100.0 * DEFAULT_TARGET_EFFECT if decided.planned_per_arm else None,
         "power": POWER if decided.planned_per_arm else None,
+        "reading": decided.reading,
     }
 
 
