@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from .arms import Arm
 from .bayesian import DEFAULT_PRIOR_SD, bayesian
 from .cuped import CupedInfo, cuped_adjust
-from .decision import decide_winner, effect_sign
+from .decision import MIN_UNITS_PER_ARM, Verdict, VerdictState, decide_winner, effect_sign, verdict
 from .frequentist import frequentist
 from .moments import ArmSummary, Moments, combine, moments_from_values, summarise
 from .multiplicity import holm, holm_by_key
+from .power import planned_units_per_arm, units_needed
 from .results import (
     AnalysisResult,
     Comparison,
@@ -38,6 +39,7 @@ from .srm import SRM_THRESHOLD, SrmResult, srm_check
 __all__ = [
     "DEFAULT_MIXING_SD",
     "DEFAULT_PRIOR_SD",
+    "MIN_UNITS_PER_ARM",
     "SRM_THRESHOLD",
     "AnalysisResult",
     "Arm",
@@ -50,6 +52,8 @@ __all__ = [
     "Moments",
     "SequentialBounds",
     "SrmResult",
+    "Verdict",
+    "VerdictState",
     "analyse",
     "bayesian",
     "combine",
@@ -64,9 +68,12 @@ __all__ = [
     "moments_from_values",
     "msprt_p_value",
     "msprt_p_value_from_stats",
+    "planned_units_per_arm",
     "sequential",
     "srm_check",
     "summarise",
+    "units_needed",
+    "verdict",
 ]
 
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from scipy import special
 
+from .moments import ArmSummary
+from .results import AnalysisResult
+
 DEFAULT_POWER = 0.8
 
 
@@ -124,3 +127,54 @@ def plan_mean(
     if n is None:
         raise ValueError("no finite sample size for these inputs")
     return Plan(n, baseline_mean + effect, v, v)
+
+
+def _variance(summary: ArmSummary) -> float | None:
+    v = summary.adjusted_variance if summary.adjusted_variance is not None else summary.variance
+    return v if v is not None and math.isfinite(v) else None
+
+
+def units_needed(
+    result: AnalysisResult,
+    target_effect: float,
+    *,
+    alpha: float = 0.05,
+    power: float = DEFAULT_POWER,
+) -> dict[str, int | None]:
+    """Per treatment of ``result``: the units per arm to detect the relative ``target_effect``
+    (against |control mean|) with ``power`` at the arms' current (CUPED-adjusted when applied)
+    variances, at alpha / (number of treatments); ``None`` where it cannot be computed (a zero
+    control mean, no variance)."""
+    treatments = max(1, len(result.comparisons))
+    control = result.control
+    mean_c = control.adjusted_mean if control.adjusted_mean is not None else control.mean
+    var_c = _variance(control)
+    out: dict[str, int | None] = {}
+    for arm in result.comparisons:
+        summary = result.treatments.get(arm)
+        var_t = _variance(summary) if summary is not None else None
+        if not mean_c or var_c is None or var_t is None:
+            out[arm] = None
+            continue
+        effect = target_effect * abs(mean_c)
+        out[arm] = units_per_arm(
+            var_c, var_t, effect, alpha=alpha, power=power, treatments=treatments
+        )
+    return out
+
+
+def planned_units_per_arm(
+    result: AnalysisResult,
+    target_effect: float,
+    *,
+    alpha: float = 0.05,
+    power: float = DEFAULT_POWER,
+) -> int | None:
+    """The planned sample of a fixed-horizon test: the units per arm the hardest comparison
+    needs (:func:`units_needed`), ``None`` if no comparison's can be computed."""
+    needed = [
+        n
+        for n in units_needed(result, target_effect, alpha=alpha, power=power).values()
+        if n is not None
+    ]
+    return max(needed) if needed else None

@@ -1,8 +1,9 @@
-"""decide_winner: primary significant in its direction, no guardrail significantly harmed."""
+"""decide_winner: primary significant in its direction, no guardrail significantly harmed; and
+verdict: when a fixed-horizon engine may say so (#35)."""
 
 from __future__ import annotations
 
-from control_plane.analysis import Comparison, Moments, decide_winner, frequentist
+from control_plane.analysis import Comparison, Moments, decide_winner, frequentist, verdict
 
 
 def _c(arm: str, uplift: float | None, significant: bool, p: float = 0.01) -> Comparison:
@@ -70,3 +71,65 @@ def test_end_to_end_with_the_frequentist_engine() -> None:
     ).comparisons
     winner, _ = decide_winner(primary)
     assert winner == "b"
+
+
+def test_a_fixed_horizon_verdict_waits_for_every_arm_to_reach_the_plan() -> None:
+    primary = {"b": _c("b", 5.0, True), "c": _c("c", 1.0, False, p=0.3)}
+    early = verdict(
+        primary,
+        engine="frequentist",
+        exposed={"control": 5_000, "b": 6_000, "c": 4_000},
+        planned_per_arm=4_500,
+    )
+    assert (early.state, early.winner) == ("not-yet", None)
+    assert (early.planned_per_arm, early.reached_per_arm) == (4_500, 4_000)
+    assert early.units_still_needed == 500  # only 'c' lacks units
+    assert early.reason.startswith("not yet: 4,000 of the 4,500 units per variant planned")
+    assert early.reading == decide_winner(primary)[1]
+    reached = verdict(
+        primary,
+        engine="bayesian",
+        exposed={"control": 4_500, "b": 4_500, "c": 4_500},
+        planned_per_arm=4_500,
+    )
+    assert (reached.state, reached.winner, reached.units_still_needed) == ("winner", "b", 0)
+
+
+def test_without_a_plan_or_below_the_minimum_the_verdict_waits_for_the_minimum() -> None:
+    primary = {"b": _c("b", 5.0, True)}
+    for plan in (None, 12):
+        waiting = verdict(
+            primary,
+            engine="frequentist",
+            exposed={"control": 999, "b": 2_000},
+            planned_per_arm=plan,
+        )
+        assert (waiting.state, waiting.planned_per_arm, waiting.units_still_needed) == (
+            "not-yet",
+            1_000,
+            1,
+        )
+    nothing = verdict(
+        {"b": _c("b", 5.0, False, p=0.4)},
+        engine="frequentist",
+        exposed={"control": 1_000, "b": 1_000},
+        planned_per_arm=None,
+    )
+    assert (nothing.state, nothing.winner) == ("no-winner", None)
+
+
+def test_the_sequential_verdict_is_its_comparisons_at_any_look() -> None:
+    primary = {"b": _c("b", 5.0, True)}
+    guardrails = {"latency": {"b": _c("b", 8.0, True)}}
+    won = verdict(primary, engine="sequential", exposed={"control": 50, "b": 50}, planned_per_arm=9)
+    assert (won.state, won.winner, won.planned_per_arm) == ("winner", "b", None)
+    harmed = verdict(
+        primary,
+        guardrails,
+        {"latency": "lower"},
+        engine="sequential",
+        exposed={"control": 50, "b": 50},
+        planned_per_arm=None,
+    )
+    assert (harmed.state, harmed.winner) == ("no-winner", None)
+    assert "guardrails harmed" in harmed.reason

@@ -311,6 +311,16 @@ def test_results_page_shows_the_apis_numbers_and_an_interval_per_treatment(
         assert row.locator("[data-field=rate]").inner_text() == f"{variant['rate']:.4g}"
         if variant.get("uplift") is not None:
             assert row.locator("[data-field=uplift]").inner_text() == f"{variant['uplift']:+.2f}%"
+    # the verdict: about 80 units per arm are far from any plan, so no winner yet, whatever the table
+    assert api["winner"] is None
+    assert api["verdict"]["state"] == "not-yet"
+    verdict = page.locator("#results [data-verdict]").first
+    assert verdict.get_attribute("data-verdict") == "not-yet"
+    assert verdict.inner_text().startswith(
+        f"No winner yet: {api['verdict']['reachedPerArm']:,} of the "
+        f"{api['verdict']['plannedPerArm']:,} units per variant planned"
+    )
+    assert page.locator("#results .winner").count() == 0
     forest = page.locator("svg.forest")
     treatments = len(api["variants"]) - 1
     assert forest.locator("line.interval").count() == treatments * 2  # primary and guardrail

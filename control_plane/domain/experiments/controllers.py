@@ -66,7 +66,12 @@ class ExperimentController(Controller):
     @get(
         "/{id_or_key:str}",
         summary="An experiment with its results",
-        description="Query `mde` (relative, default 0.05): the effect the power block sizes for. "
+        description="`results.winner` is the verdict (`results.verdict`): a fixed-horizon engine "
+        "(frequentist, bayesian) names a winner only once every arm reached the planned sample "
+        "(+5 % at power 0.8, at least 1,000 units per arm; `verdict.state` is `not-yet` before), "
+        "the sequential engine at any look. "
+        "Query `mde` (relative, default 0.05): the effect the power block sizes for "
+        "(not the verdict's plan). "
         "`dimension`: also the results per slice of an attribute the experiment captures with "
         "its exposures (one of its `dimensions`) or of a property of the units' first event of a "
         "name (`event:<event>:<property>`): the `top` values (default 10), `other` and `none`, "

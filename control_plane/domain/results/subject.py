@@ -17,16 +17,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from control_plane.analysis import (
     AnalysisResult,
-    ArmSummary,
     Comparison,
     Moments,
     SequentialBounds,
+    Verdict,
     analyse,
-    decide_winner,
+    planned_units_per_arm,
     srm_check,
+    units_needed,
+    verdict,
 )
 from control_plane.analysis.power import DEFAULT_POWER as POWER
-from control_plane.analysis.power import minimum_detectable_effect, units_per_arm
+from control_plane.analysis.power import minimum_detectable_effect
 from control_plane.db.models import Metric, SequentialLook
 from control_plane.domain.results.aggregates import (
     ArmAggregate,
@@ -420,17 +422,23 @@ async def analyse_subject(
         blocks[metric.key] = metric_block(
             metric, result, by_arm, arms, control, exposed, caps.get(metric.key)
         )
-    winner, why = decide_winner(
+    primary_block = blocks[primary.key]
+    primary_result = results_by_metric[primary.key]
+    decided = verdict(
         comparisons[primary.key],
         {g.key: comparisons[g.key] for g in guardrails},
         {g.key: g.direction for g in guardrails},  # type: ignore[misc]
+        engine=engine,  # type: ignore[arg-type]
+        exposed=exposed,
+        planned_per_arm=planned_units_per_arm(
+            primary_result, DEFAULT_TARGET_EFFECT, alpha=ALPHA, power=POWER
+        ),
         primary_direction=primary.direction,  # type: ignore[arg-type]
         control_key=control,
     )
+    why = decided.reason
     if srm.flagged:
         why = f"{why}; sample ratio mismatch (p={srm.p_value:.2g}): check assignment before trusting this"
-    primary_block = blocks[primary.key]
-    primary_result = results_by_metric[primary.key]
     split_block = (
         _dimension_block(
             metrics,
@@ -454,8 +462,9 @@ async def analyse_subject(
         "variants": primary_block["variants"],
         "cuped": primary_block["cuped"],
         "capping": primary_block["capping"],
-        "winner": winner,
+        "winner": decided.winner,
         "winnerReason": why,
+        "verdict": verdict_block(decided),
         "srm": {
             "pValue": _finite(srm.p_value),
             "statistic": _finite(srm.statistic),
@@ -563,9 +572,18 @@ def _dimension_block(
     }
 
 
-def _variance(summary: ArmSummary) -> float | None:
-    v = summary.adjusted_variance if summary.adjusted_variance is not None else summary.variance
-    return v if v is not None and math.isfinite(v) else None
+def verdict_block(decided: Verdict) -> dict[str, Any]:
+    """The verdict as the results show it (``winner`` repeats the top-level field)."""
+    return {
+        "state": decided.state,
+        "winner": decided.winner,
+        "plannedPerArm": decided.planned_per_arm,
+        "reachedPerArm": decided.reached_per_arm,
+        "unitsStillNeeded": decided.units_still_needed,
+        "targetEffect": 100.0 * DEFAULT_TARGET_EFFECT if decided.planned_per_arm else None,
+        "power": POWER if decided.planned_per_arm else None,
+        "reading": decided.reading,
+    }
 
 
 PACE_MIN_DAYS = 1.0
@@ -605,10 +623,9 @@ def power_block(
     rate, pace_note = pace(exposed_total, running_days)
     control = result.control
     mean_c = control.adjusted_mean if control.adjusted_mean is not None else control.mean
-    var_c = _variance(control)
+    needed_by_arm = units_needed(result, target_effect, alpha=ALPHA, power=POWER)
     arms: dict[str, Any] = {}
     for arm, comparison in result.comparisons.items():
-        summary = result.treatments.get(arm)
         out: dict[str, Any] = {
             "mde": None,
             "unitsPerVariantNeeded": None,
@@ -616,8 +633,7 @@ def power_block(
             "daysNeeded": None,
         }
         arms[arm] = out
-        var_t = _variance(summary) if summary is not None else None
-        if not mean_c or comparison.std_error is None or var_c is None or var_t is None:
+        if not mean_c or comparison.std_error is None:
             continue
         scale = abs(mean_c)
         out["mde"] = _finite(
@@ -627,9 +643,7 @@ def power_block(
             )
             / scale
         )
-        needed = units_per_arm(
-            var_c, var_t, target_effect * scale, alpha=ALPHA, power=POWER, treatments=treatments
-        )
+        needed = needed_by_arm.get(arm)
         if needed is None:
             continue
         additional = max(0, needed * variants - exposed_total)
