@@ -61,11 +61,13 @@ _json = msgspec.json.Encoder()
 # Duplicates compared where they are stored: the batch again (the same JSON document), joined to
 # the rows under its ids, which now include the ones this batch inserted (an id repeated within
 # the batch is compared with its first copy). ``ts`` counts only where the sender gave one; props
-# compare as jsonb (key order aside). Run only when the insert skipped something.
+# compare as jsonb (key order aside). Run only when the insert skipped something. A lookup by key
+# per item, whatever the table's size (``LIMIT 1`` keeps the planner from a hash join over a scan).
 _PG_CONFLICTS = (
     'SELECT count(*) FROM json_to_recordset(%(batch)s::json) AS x("eventId" text, unit text, '
     "event text, value bigint, currency text, props jsonb, url text, ts bigint) "
-    'JOIN events e ON e.project_id = %(project)s AND e.event_id = x."eventId" COLLATE "C" '
+    "CROSS JOIN LATERAL (SELECT unit, event, value, currency, props, url, ts FROM events "
+    'WHERE project_id = %(project)s AND event_id = x."eventId" COLLATE "C" LIMIT 1) AS e '
     "WHERE (e.unit, e.event, e.value, e.currency, e.props, e.url) IS DISTINCT FROM "
     '(x.unit COLLATE "C", x.event COLLATE "C", x.value, x.currency, x.props, x.url) '
     "OR e.ts <> x.ts"
@@ -81,9 +83,10 @@ _SQLITE_CONFLICTS = (
     " SELECT (e.unit, e.event, e.value, e.currency, e.url) IS NOT"
     " (x.unit, x.event, x.value, x.currency, x.url) OR e.ts <> coalesce(x.ts, e.ts),"
     " e.props, x.props"
-    " FROM x JOIN events e ON e.project_id = ? AND e.event_id = x.event_id"
-    " WHERE (e.unit, e.event, e.value, e.currency, e.url, e.props) IS NOT"
-    " (x.unit, x.event, x.value, x.currency, x.url, x.props) OR e.ts <> coalesce(x.ts, e.ts)"
+    " FROM x CROSS JOIN events e"  # CROSS: the batch outside, a lookup by key per item
+    " WHERE e.project_id = ? AND e.event_id = x.event_id"
+    " AND ((e.unit, e.event, e.value, e.currency, e.url, e.props) IS NOT"
+    " (x.unit, x.event, x.value, x.currency, x.url, x.props) OR e.ts <> coalesce(x.ts, e.ts))"
 )
 
 
