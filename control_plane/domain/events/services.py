@@ -79,10 +79,11 @@ async def ingest(
             [
                 problem
                 for index, item in enumerate(items)
+                if events.sender_problems(item, sender)  # named with its index only if refused
                 for problem in events.sender_problems(item, sender, _field(index))
             ]
         )
-    private = () if forwarded else await private_attributes(scope)
+    private = () if forwarded else private_attributes(scope)
     items = [_stored(item, private) for item in items]
     checks = await exposures.Claims.load(scope.session, scope.project_id, items)
     kept: list[s.EventIn] = []
