@@ -63,6 +63,8 @@ class Principal:
     may_turn_off: bool = False
     user_id: str | None = None
     name: str = ""
+    # the key's private attributes (``rows.private_attributes``), read with the key itself
+    private_attributes: tuple[str, ...] = ()
 
     @property
     def identity(self) -> str:
@@ -132,6 +134,7 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
                 ApiKey.may_turn_off,
                 ApiKey.name,
                 ApiKey.user_id,
+                ApiKey.private_attributes,
                 User.email,
                 User.state,
                 Membership.role.label("member_role"),
@@ -149,6 +152,7 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
     if row is None:
         return None
     kind = KeyKind(row.kind)
+    private = tuple(row.private_attributes or ())
     if row.user_id is None:
         name = row.name or row.id
         return Principal(
@@ -159,6 +163,7 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
             role=Role(row.role),
             may_turn_off=row.may_turn_off,
             name=f"key {name!r}" if kind is KeyKind.MANAGEMENT else name,
+            private_attributes=private,
         )
     if row.state != ACTIVE or row.member_role is None:
         return None  # the person was deactivated, or left the project: their tokens stop
@@ -171,6 +176,7 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
         may_turn_off=row.member_may_turn_off,  # the person's grant, as it stands now
         user_id=row.user_id,
         name=row.email,
+        private_attributes=private,
     )
 
 

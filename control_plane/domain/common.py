@@ -33,6 +33,7 @@ class Actor:
     role: Role = Role.ADMIN
     may_turn_off: bool = False
     identity: str = ""  # Principal.identity: one per person or service account
+    private_attributes: tuple[str, ...] = ()  # the key's (``rows.private_attributes``)
 
     @classmethod
     def of(cls, principal: Principal) -> Actor:
@@ -44,6 +45,7 @@ class Actor:
             principal.role,
             principal.may_turn_off,
             principal.identity,
+            principal.private_attributes,
         )
 
 

@@ -76,7 +76,7 @@ class EventIds:
 
 
 def _text(problems: list[Problem], field: str, value: str, limit: int = MAX_TEXT) -> None:
-    if not value.strip():
+    if not value or value.isspace():  # blank (as ``not value.strip()``, without a copy)
         problems.append((field, "must not be blank"))
     elif len(value) > limit:
         problems.append((field, f"at most {limit} characters"))
@@ -353,7 +353,6 @@ def decode_batch(raw: bytes, now_ms: int) -> tuple[list[EventIn], list[Problem]]
         return parse_batch(items, now_ms, shift)
     for index, item in enumerate(items):
         _shift(item, shift, now_ms)
-        found = check_event(item, now_ms, item_prefix(index))
-        if found:
-            problems.extend(found)
+        if check_event(item, now_ms):  # checked again, naming the item, only when refused
+            problems.extend(check_event(item, now_ms, item_prefix(index)))
     return items, problems

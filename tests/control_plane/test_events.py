@@ -85,6 +85,58 @@ def test_batch_duplicates_within_across_and_between_paths(api: Api) -> None:
     }
 
 
+def test_a_resend_is_a_conflict_only_where_its_payload_differs(api: Api) -> None:
+    """What a relay's redelivery after a lost acknowledgement gets: an exact resend is a plain
+    duplicate, whatever the order of its props' keys or a ``ts`` it leaves out; a payload that
+    differs in any field under the same ``eventId`` is a conflict, and the first copy stays."""
+    server = api.keys["server"]
+    first = ev(
+        1,
+        props={"plan": "pro", "seats": 3, "tags": ["a", {"x": 1, "y": None}]},
+        ts=1_750_000_000_000,
+    )
+    plain = ev(2)  # no props, url or ts: stored with the time of receipt
+    assert api.post("/events", {"events": [first, plain]}, key=server).json() == {
+        "accepted": 2,
+        "duplicates": 0,
+        "conflicts": 0,
+    }
+    reordered = {**first, "props": {"tags": ["a", {"y": None, "x": 1}], "seats": 3, "plan": "pro"}}
+    without_ts = {k: v for k, v in first.items() if k != "ts"}
+    exact = [first, plain, reordered, without_ts, {**first, "value": 100.0}]
+    assert api.post("/events", {"events": exact}, key=server).json() == {
+        "accepted": 0,
+        "duplicates": 5,
+        "conflicts": 0,
+    }
+    changed = [
+        {**first, "value": 101},
+        {**first, "value": None},
+        {**first, "unit": "u9"},
+        {**first, "event": "refund"},
+        {**first, "currency": "USD"},
+        {**first, "props": {**first["props"], "seats": 4}},
+        {**first, "props": None},
+        {**first, "url": "https://shop.example/"},
+        {**first, "ts": 1_750_000_000_001},
+        {**plain, "props": {"plan": "pro"}},
+        {**plain, "ts": 1_750_000_000_000},  # it was stored at the time of receipt
+    ]
+    for item in changed:
+        answer = api.post("/track", item, key=server)
+        assert answer.json() == {"accepted": 0, "duplicates": 1, "conflicts": 1}, item
+    mixed = [ev(3), first, changed[0], ev(3, value=7), ev(4), ev(4)]
+    assert api.post("/events", {"events": mixed}, key=server).json() == {
+        "accepted": 2,
+        "duplicates": 4,
+        "conflicts": 2,  # changed[0] against the stored copy, ev(3, value=7) against ev(3)
+    }
+    by_id = {e["eventId"]: e for e in stored(api)}
+    assert by_id["order-1"]["value"] == 100
+    assert by_id["order-1"]["props"] == first["props"]
+    assert by_id["order-3"]["value"] == 300
+
+
 def test_sources_follow_the_key_and_relays_may_say_browser(api: Api) -> None:
     api.post("/track", {"unit": "a", "event": "e", "eventId": "1"}, key=api.keys["server"])
     api.post("/track", {"unit": "a", "event": "e", "eventId": "2"}, key=api.keys["management"])

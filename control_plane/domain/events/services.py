@@ -3,7 +3,8 @@
 Exactly once: the insert is ``INSERT … ON CONFLICT (project_id, event_id) DO NOTHING`` in one
 statement per batch, on PostgreSQL and SQLite alike, so a repeat — in
 the same batch, a later one, or a concurrent request on another replica — is never stored
-twice; whatever the database skipped is reported as a duplicate.
+twice; whatever the database skipped is reported as a duplicate, and those whose payload
+differs from the stored copy as conflicts (compared in the database, ``store.insert_events``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from control_plane.db.models import Event
 from control_plane.domain import exposures
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
-from control_plane.domain.events.store import count_conflicts, insert_events
+from control_plane.domain.events.store import insert_events
 from control_plane.domain.rows import private_attributes
 from control_plane.errors import FieldError, invalid, invalid_many
 from shared.engine.experiments import without_private
@@ -78,10 +79,11 @@ async def ingest(
             [
                 problem
                 for index, item in enumerate(items)
+                if events.sender_problems(item, sender)  # named with its index only if refused
                 for problem in events.sender_problems(item, sender, _field(index))
             ]
         )
-    private = () if forwarded else await private_attributes(scope)
+    private = () if forwarded else private_attributes(scope)
     items = [_stored(item, private) for item in items]
     checks = await exposures.Claims.load(scope.session, scope.project_id, items)
     kept: list[s.EventIn] = []
@@ -107,16 +109,18 @@ async def ingest(
     _refuse(problems)
     if not kept:
         return s.Ack(accepted=0, duplicates=0)
-    inserted = await insert_events(
+    stored = await insert_events(
         scope.session, kept, project_id=scope.project_id, received_at=now, source=sender
     )
     if found and await exposures.record(scope.session, scope.project_id, found):
         scope.events_written = True
-    if inserted:
+    if stored.inserted:
         scope.events_written = True
-    duplicates = len(kept) - inserted
-    conflicts = await count_conflicts(scope.session, scope.project_id, kept) if duplicates else 0
-    return s.Ack(accepted=inserted, duplicates=duplicates, conflicts=conflicts)
+    return s.Ack(
+        accepted=stored.inserted,
+        duplicates=len(kept) - stored.inserted,
+        conflicts=stored.conflicts,
+    )
 
 
 def _stored(item: s.EventIn, private: tuple[str, ...]) -> s.EventIn:

@@ -545,9 +545,7 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
     ]
     if placement.assigned:
         captured = (
-            dimension_values(
-                body.context, row.unit_kind, row.dimensions, await private_attributes(scope)
-            )
+            dimension_values(body.context, row.unit_kind, row.dimensions, private_attributes(scope))
             if row.dimensions and body.context
             else {}
         )
