@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Controller, Request, get, post
+from litestar.datastructures import FormMultiDict
 from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
@@ -168,6 +169,12 @@ class FlagPages(Controller):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
+        if not forms.text(form, "version") and request.query_params.get("version"):
+            # a switch of the flags list: the list is one form, each switch's version is in the
+            # address it sends that form to (its formaction)
+            form = FormMultiDict(
+                [*form.multi_items(), ("version", request.query_params["version"])]
+            )
         enabled = forms.text(form, "enabled") == "true"
         async with reading(request, who) as scope:
             try:
