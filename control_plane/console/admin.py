@@ -12,7 +12,7 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
 from control_plane.console import forms
-from control_plane.console.diff import changes
+from control_plane.console.diff import history
 from control_plane.console.pages import ListPage, do
 from control_plane.console.web import Who, error_page, field_errors, page, provide_signed, reading
 from control_plane.domain.audit import services as audit
@@ -475,15 +475,7 @@ class AuditPages(Controller):
                 )
             except ApiError as exc:
                 return error_page(request, who, exc, "Audit")
-        items = [
-            {
-                "entry": e,
-                "changes": changes(e.before, e.after)
-                if e.before is not None and e.after is not None
-                else [],
-            }
-            for e in found.entries
-        ]
+        items = history(found.entries)
         return page(
             request,
             who,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,3 +51,25 @@ def changes(before: Any, after: Any, path: str = "") -> list[Changed]:
             None if after is _MISSING else after,
         )
     ]
+
+
+BRIEF_CHANGES = 2  # an entry of at most this many short changes reads on one line
+BRIEF_CHARS = 60  # ... each change's before and after together at most this long, as JSON
+
+
+def history(entries: Iterable[Any]) -> list[dict[str, Any]]:
+    """Audit entries as the console lists them: what each changed, and whether that reads on
+    the entry's own line (a toggle: ``enabled`` false → true) or is a table a person opens. A
+    creation or deletion is its action alone."""
+    items = []
+    for entry in entries:
+        found = (
+            changes(entry.before, entry.after)
+            if entry.before is not None and entry.after is not None
+            else []
+        )
+        brief = len(found) <= BRIEF_CHANGES and all(
+            len(json.dumps(c.before)) + len(json.dumps(c.after)) <= BRIEF_CHARS for c in found
+        )
+        items.append({"entry": entry, "changes": found, "brief": brief})
+    return items

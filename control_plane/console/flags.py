@@ -13,12 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Controller, Request, get, post
+from litestar.datastructures import FormMultiDict
 from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
 from control_plane.console import forms
-from control_plane.console.diff import changes
+from control_plane.console.diff import history as _history
+from control_plane.console.pager import SIZES, Pager, number_of, size_of
 from control_plane.console.web import (
     FRAGMENT,
     Who,
@@ -46,7 +48,6 @@ from control_plane.domain.schedules import services as schedules
 from control_plane.domain.segments import services as segments
 from control_plane.errors import ApiError, FieldError, stale_version
 
-PAGE_SIZE = 50
 PREREQUISITE_ROWS = 3  # rows of the prerequisites form (one more than a flag usually has)
 
 
@@ -76,17 +77,28 @@ def _flag_filter(filters: dict[str, str]) -> services.FlagFilter:
     )
 
 
-def _history(entries: list[Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "entry": entry,
-            # a creation or deletion is its action; an edit shows what it changed
-            "changes": changes(entry.before, entry.after)
-            if entry.before is not None and entry.after is not None
-            else [],
-        }
-        for entry in entries
-    ]
+async def _listing(scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """The flags list's page: the flags of the page asked for (``page``, ``size``) under the
+    filters given, the environments (a column each) and the pager."""
+    filters = _filters(request)
+    where = _flag_filter(filters)
+    pager = Pager(
+        "/console/flags",
+        filters,
+        total=await services.count_flags(scope, where),
+        size=size_of(request.query_params.get("size", "")),
+        asked=number_of(request.query_params.get("page", "")),
+    )
+    found = await services.list_flags(
+        scope, where, limit=pager.size, cursor=None, offset=pager.offset
+    )
+    return {
+        "flags": found.items,
+        "environments": await _environments(scope),
+        "filters": filters,
+        "pager": pager,
+        "sizes": SIZES,
+    }
 
 
 class FlagPages(Controller):
@@ -96,29 +108,13 @@ class FlagPages(Controller):
 
     @get("/")
     async def flags(self, request: Request[Any, Any, Any], who: Who) -> Template:
-        filters = _filters(request)
-        cursor = request.query_params.get("cursor") or None
         async with reading(request, who) as scope:
-            envs = await _environments(scope)
             try:
-                found = await services.list_flags(
-                    scope, _flag_filter(filters), limit=PAGE_SIZE, cursor=cursor
-                )
+                listing = await _listing(scope, request)
             except ApiError as exc:
                 return error_page(request, who, exc, "Flags")
-        query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
         template = "flags_main.html" if request.headers.get(FRAGMENT) else "flags.html"
-        return page(
-            request,
-            who,
-            template,
-            title="Flags",
-            flags=found.items,
-            environments=envs,
-            filters=filters,
-            next_cursor=found.next_cursor,
-            query=query,
-        )
+        return page(request, who, template, title="Flags", **listing)
 
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
@@ -145,21 +141,14 @@ class FlagPages(Controller):
                 created = await services.create_flag(scope, body)
         except ApiError as exc:
             async with reading(request, who) as scope:
-                envs = await _environments(scope)
-                found = await services.list_flags(
-                    scope, _flag_filter(_filters(request)), limit=PAGE_SIZE, cursor=None
-                )
+                listing = await _listing(scope, request)
             return page(
                 request,
                 who,
                 "flags.html",
                 status=exc.status,
                 title="Flags",
-                flags=found.items,
-                environments=envs,
-                filters=_filters(request),
-                next_cursor=found.next_cursor,
-                query="",
+                **listing,
                 create_error=exc.message,
                 create_errors=field_errors(exc.details),
                 create_form=dict(form),
@@ -181,6 +170,12 @@ class FlagPages(Controller):
         self, request: Request[Any, Any, Any], who: Who, key: FromPath[str], env: FromPath[str]
     ) -> Response[Any]:
         form = await request.form()
+        if not forms.text(form, "version") and request.query_params.get("version"):
+            # a switch of the flags list: the list is one form, each switch's version is in the
+            # address it sends that form to (its formaction)
+            form = FormMultiDict(
+                [*form.multi_items(), ("version", request.query_params["version"])]
+            )
         enabled = forms.text(form, "enabled") == "true"
         async with reading(request, who) as scope:
             try:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 from litestar.params import QueryParameter
-from sqlalchemy import Select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
 from control_plane.domain.common import Scope
@@ -87,16 +87,19 @@ async def paged(
     cursor: str | None,
     convert: Callable[[list[Any]], Awaitable[list[T]]],
     descending: bool = False,
+    offset: int = 0,
 ) -> Page[T]:
     """One page of ``query`` ordered by the unique column ``order`` (newest first with
     ``descending`` and a time-sortable id). ``convert`` gets what the query selects per row: the
-    entity when it selects one, else the row's tuple."""
+    entity when it selects one, else the row's tuple. ``offset`` skips that many items first
+    (a numbered page, as the console's lists show them; the API continues by cursor)."""
     if cursor is not None:
         after = decode_cursor(list_name, cursor)
         query = query.where(order < after if descending else order > after)
     query = (
         query.add_columns(order.label("page_position"))
         .order_by(order.desc() if descending else order)
+        .offset(max(offset, 0))
         .limit(limit + 1)
     )
     rows = list((await scope.session.execute(query)).all())
@@ -105,3 +108,11 @@ async def paged(
     last: str | None = rows[-1].page_position if more and rows else None
     selected = [row[0] if len(row) == 2 else tuple(row)[:-1] for row in rows]
     return Page(await convert(selected), encode_cursor(list_name, last) if last else None)
+
+
+async def counted(scope: Scope, query: Select[*tuple[Any, ...]]) -> int:
+    """How many items ``query`` selects (the "of N" of a numbered page)."""
+    total = await scope.session.scalar(
+        select(func.count()).select_from(query.order_by(None).subquery())
+    )
+    return int(total or 0)

@@ -258,3 +258,30 @@ def test_a_cookie_received_but_dead_is_cleared_and_sign_out_clears_a_live_one(ap
     assert out.headers["location"] == "/console/sign-in"
     assert re.search(r'vane_console="?"?;', out.headers["set-cookie"])
     assert api.client.get("/console/flags", follow_redirects=False).status_code == 303
+
+
+def test_a_switch_of_the_flags_list_sends_the_version_it_shows(api: Api) -> None:
+    """The flags list is one form; each switch sends it to its flag's toggle with the version
+    it shows in the address (its formaction). A version changed meanwhile is refused with the
+    conflict, and nothing is written, as from the flag page's own form."""
+    assert api.post("/flags", {"key": "listed"}).status_code == 201
+    _, csrf = signed_in(api)
+    page = api.client.get("/console/flags?q=listed").text
+    assert page.count('form="toggles"') == 2  # a switch per environment, no form of its own
+    assert ' action="/console/flags/listed/' not in page
+    actions = re.findall(r'formaction="(/console/flags/listed/environments/staging/[^"]+)"', page)
+    [action] = actions
+    assert action.endswith("/toggle?version=1")
+    sent = {"_csrf": csrf, "confirm": "", "enabled": "true"}
+    assert (
+        api.post("/flags/listed/environments/staging/toggle", {"enabled": True}).status_code == 200
+    )
+    stale = api.client.post(action, data=sent, follow_redirects=False)
+    assert stale.status_code == 412
+    assert "someone changed this flag since you opened it" in stale.text
+    assert api.get("/flags/listed").json()["environments"]["staging"]["enabled"] is True
+    page = api.client.get("/console/flags?q=listed").text
+    [action] = re.findall(r'formaction="(/console/flags/listed/environments/staging/[^"]+)"', page)
+    turned = api.client.post(action, data={**sent, "enabled": "false"}, follow_redirects=False)
+    assert turned.status_code == 303
+    assert api.get("/flags/listed").json()["environments"]["staging"]["enabled"] is False

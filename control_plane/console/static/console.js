@@ -4,15 +4,16 @@
 (function () {
   var dialog = document.getElementById("confirm");
 
-  function ask(form) {
-    var text = form.getAttribute("data-confirm");
+  // a critical toggle asks first: a form's data-confirm, or its sender's (the flags list is one
+  // form whose switches each carry their own); confirmed, the same sender sends it again
+  function ask(form, by, text) {
     if (!text || !dialog || typeof dialog.showModal !== "function") { return false; }
     document.getElementById("confirm-text").textContent = text;
     dialog.returnValue = "";
     dialog.onclose = function () {
       if (dialog.returnValue === "ok") {
         form.querySelector("input[name=confirm]").value = "yes";
-        form.submit();
+        if (by && form.requestSubmit) { form.requestSubmit(by); } else { form.submit(); }
       }
     };
     dialog.showModal();
@@ -21,9 +22,11 @@
   }
 
   document.addEventListener("submit", function (event) {
-    var form = event.target;
-    if (form.hasAttribute("data-confirm") && form.querySelector("input[name=confirm]").value !== "yes") {
-      if (ask(form)) { event.preventDefault(); }
+    var form = event.target, by = event.submitter || null;
+    var asking = by && by.hasAttribute("data-confirm") ? by : form;
+    var confirmed = form.querySelector("input[name=confirm]");
+    if (asking.hasAttribute("data-confirm") && confirmed && confirmed.value !== "yes") {
+      if (ask(form, by, asking.getAttribute("data-confirm"))) { event.preventDefault(); }
     }
   });
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 import msgspec
-from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, delete, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from control_plane.access import Permission
@@ -30,7 +30,7 @@ from control_plane.domain import validation as base
 from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v
-from control_plane.domain.paging import Page, paged
+from control_plane.domain.paging import Page, counted, paged
 from control_plane.domain.protection import (
     protected,
     refuse_unapproved,
@@ -202,9 +202,7 @@ def _stale(days: int) -> ColumnElement[bool]:
     return and_(Flag.temporary.is_(True), Flag.updated_at < cutoff, ~referenced, ~touched)
 
 
-async def list_flags(
-    scope: Scope, where: FlagFilter, *, limit: int, cursor: str | None
-) -> Page[s.Flag]:
+def _flags_query(scope: Scope, where: FlagFilter) -> Select[Flag]:
     query = select(Flag).where(Flag.project_id == scope.project_id)
     if where.archived == "false":
         query = query.where(Flag.archived.is_(False))
@@ -226,14 +224,31 @@ async def list_flags(
         query = query.where(Flag.temporary.is_(where.temporary))
     if where.stale_days is not None:
         query = query.where(_stale(where.stale_days))
+    return query
 
+
+async def list_flags(
+    scope: Scope, where: FlagFilter, *, limit: int, cursor: str | None, offset: int = 0
+) -> Page[s.Flag]:
     async def convert(flags: list[Flag]) -> list[s.Flag]:
         settings = await _settings_of(scope, (f.id for f in flags))
         return [flag_out(f, settings[f.id]) for f in flags]
 
     return await paged(
-        scope, query, Flag.key, list_name="flags", limit=limit, cursor=cursor, convert=convert
+        scope,
+        _flags_query(scope, where),
+        Flag.key,
+        list_name="flags",
+        limit=limit,
+        cursor=cursor,
+        convert=convert,
+        offset=offset,
     )
+
+
+async def count_flags(scope: Scope, where: FlagFilter) -> int:
+    """How many flags ``where`` matches (the console's "1-50 of 2,003")."""
+    return await counted(scope, _flags_query(scope, where))
 
 
 async def get_flag(scope: Scope, key: str) -> s.Flag:
