@@ -1,5 +1,6 @@
-"""The console at scale, as a person sees it at 1280x900: a project of 2,000 flags (issue #35
-point 4) and a flag toggled dozens of times.
+"""The console at scale, as a person sees it at 1280x900: a project of many pages of flags (issue
+#35 point 4 met it at 2,000; 600 take every path of the list's paging: a dozen pages of 50, more
+than one of 500) and a flag toggled dozens of times.
 
 A control plane of its own (no relay: nothing here is served), flags created through the API.
 What is asserted is layout and navigation a person meets — how many rows fit on the screen,
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 __all__ = ["axe_source"]  # a fixture this module's tests use
 
-BULK = 2000
+BULK = 600  # each is created through the API: ~20 ms apiece
 AFTER_BULK = ["zeta-last", "zulu-very-last"]  # sorted after every bulk-* key
 TOTAL = BULK + len(AFTER_BULK) + 1  # and "busy", the flag toggled many times
 VIEWPORT = {"width": 1280, "height": 900}
@@ -95,7 +96,7 @@ def boxes(locator: Any) -> list[dict[str, float]]:
     return [box for box in (item.bounding_box() for item in locator.all()) if box is not None]
 
 
-def test_the_flags_list_at_2000_flags_fits_the_screen(page: Any, axe_source: str) -> None:
+def test_the_flags_list_of_many_pages_fits_the_screen(page: Any, axe_source: str) -> None:
     # the filter bar on one line: every control's box on the first one's line
     controls = boxes(page.locator("form.filters").locator("label, input, select, button"))
     assert len(controls) >= 12
@@ -109,7 +110,7 @@ def test_the_flags_list_at_2000_flags_fits_the_screen(page: Any, axe_source: str
     visible = [r for r in rows if r["y"] + r["height"] <= VIEWPORT["height"]]
     assert len(visible) >= 18, f"{len(visible)} rows visible, each {rows[0]['height']:.0f} px"
     assert page.locator("#flag-rows tr").count() == 50  # the default page size
-    assert "1\u201350 of 2,003" in page.locator(".pager").first.inner_text()
+    assert f"1\u201350 of {TOTAL:,}" in page.locator(".pager").first.inner_text()
     assert serious_violations(page, axe_source) == []
     shot(page, "flags-many")
 
@@ -129,18 +130,18 @@ def test_the_last_page_is_one_click_away_and_the_size_a_choice(page: Any) -> Non
     pager.get_by_role("link", name=f"Page {pages - 2}").click()
     page.wait_for_url(f"**/console/flags?page={pages - 2}")
     assert rows_shown(page)[0] == f"bulk-{(pages - 3) * 50:04d}"
-    page.get_by_label("Go to page").first.fill("20")
+    page.get_by_label("Go to page").first.fill("8")
     page.get_by_role("button", name="Go").first.click()
-    page.wait_for_url("**/console/flags?*page=20*")
-    assert rows_shown(page)[0] == "bulk-0950"
+    page.wait_for_url("**/console/flags?*page=8*")
+    assert rows_shown(page)[0] == "bulk-0350"
     pager = page.get_by_role("navigation", name="Pages of flags").first
     pager.get_by_role("link", name="Previous page").click()
-    assert rows_shown(page)[0] == "bulk-0900"
+    assert rows_shown(page)[0] == "bulk-0300"
     pager = page.get_by_role("navigation", name="Pages of flags").first
     pager.get_by_role("link", name="First page").click()
     assert rows_shown(page)[0] == "bulk-0000"
 
-    # a page size of 500: five pages, the last holding what is left
+    # a page size of 500: two pages, the last holding what is left
     sizes = page.get_by_label("Flags per page").first
     assert sizes.locator("option").all_inner_texts() == ["50", "100", "200", "500"]
     sizes.select_option("500")
@@ -148,18 +149,18 @@ def test_the_last_page_is_one_click_away_and_the_size_a_choice(page: Any) -> Non
     page.wait_for_url("**/console/flags?*size=500*")
     assert len(rows_shown(page)) == 500
     pager = page.get_by_role("navigation", name="Pages of flags").first
-    pager.get_by_role("link", name="Last page, 5").click()
+    pager.get_by_role("link", name="Last page, 2").click()
     assert rows_shown(page)[-len(AFTER_BULK) :] == AFTER_BULK
-    assert len(rows_shown(page)) == TOTAL - 4 * 500
+    assert len(rows_shown(page)) == TOTAL - 500
     assert page.get_by_label("Flags per page").first.input_value() == "500"
 
-    # the filters hold from page to page: bulk-1 matches bulk-1000 to bulk-1999
-    page.goto(page.url.split("/console")[0] + "/console/flags?q=bulk-1&size=100")
+    # the filters hold from page to page: bulk-05 matches bulk-0500 to bulk-0599
+    page.goto(page.url.split("/console")[0] + "/console/flags?q=bulk-05&size=50")
     pager = page.get_by_role("navigation", name="Pages of flags").first
-    pager.get_by_role("link", name="Last page, 10").click()
-    assert rows_shown(page)[0] == "bulk-1900"
-    assert rows_shown(page)[-1] == "bulk-1999"
-    assert page.get_by_label("Search").input_value() == "bulk-1"
+    pager.get_by_role("link", name="Last page, 2").click()
+    assert rows_shown(page)[0] == "bulk-0550"
+    assert rows_shown(page)[-1] == "bulk-0599"
+    assert page.get_by_label("Search").input_value() == "bulk-05"
 
 
 def test_a_page_past_the_end_and_a_bad_size_are_not_errors(page: Any) -> None:
