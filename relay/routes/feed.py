@@ -40,7 +40,13 @@ def snapshot_event(state: EnvironmentState) -> bytes:
 
 
 def patch_event(old: EnvironmentState, new: EnvironmentState) -> bytes:
-    patch = p.diff(old.snapshot, new.snapshot)
+    """What turns ``old`` into ``new``: the patch the relay applied when ``new`` follows ``old``
+    directly (the cost of the change), else the two snapshots compared (every flag)."""
+    patch = new.patch
+    if patch is None or patch.from_version != old.version or patch.version != new.version:
+        patch = p.diff(old.snapshot, new.snapshot)
+    elif patch.access is not None:
+        patch = msgspec.structs.replace(patch, access=None)  # key data never leaves the relay
     return b"event: patch\nid: %d\ndata: %s\n\n" % (new.version, _json.encode(patch))
 
 
@@ -53,6 +59,9 @@ class SnapshotFeed:
         self.browser = browser
         self.store = browser.store
         self.hub = hub  # its one timer wakes every stream with a keep-alive
+        # the last patch event rendered per environment, (from, to, event): every stream that
+        # sent ``from`` sends the same bytes, encoded once per change rather than per stream
+        self._patch_events: dict[str, tuple[EnvironmentState, EnvironmentState, bytes]] = {}
 
     def register(self, router: Router) -> None:
         for path in PATHS:
@@ -123,7 +132,7 @@ class SnapshotFeed:
             if not any(k.id == key_id for k in state.access.keys):
                 return None  # the key was revoked (or moved): the stream ends
             if state.version > sent.version:
-                body = patch_event(sent, state)
+                body = self._patch_event(sent, state)
             elif state is not sent:
                 body = snapshot_event(state)
             else:
@@ -132,6 +141,14 @@ class SnapshotFeed:
             return body
 
         await follow(subscription, send, render)
+
+    def _patch_event(self, old: EnvironmentState, new: EnvironmentState) -> bytes:
+        cached = self._patch_events.get(new.environment)
+        if cached is not None and cached[0] is old and cached[1] is new:
+            return cached[2]
+        event = patch_event(old, new)
+        self._patch_events[new.environment] = (old, new, event)
+        return event
 
 
 def _resumes_at(request: Request) -> int | None:
