@@ -59,9 +59,9 @@ class SnapshotFeed:
         self.browser = browser
         self.store = browser.store
         self.hub = hub  # its one timer wakes every stream with a keep-alive
-        # the last patch event rendered per environment, (from, to, event): every stream that
-        # sent ``from`` sends the same bytes, encoded once per change rather than per stream
-        self._patch_events: dict[str, tuple[EnvironmentState, EnvironmentState, bytes]] = {}
+        # per environment, the last state's patch event as (state, version it follows, event):
+        # every stream sends the same bytes, encoded once per change rather than per stream
+        self._patch_events: dict[str, tuple[EnvironmentState, int, bytes]] = {}
 
     def register(self, router: Router) -> None:
         for path in PATHS:
@@ -143,11 +143,14 @@ class SnapshotFeed:
         await follow(subscription, send, render)
 
     def _patch_event(self, old: EnvironmentState, new: EnvironmentState) -> bytes:
+        """``patch_event``, encoded once for every stream that sent the version ``new`` was
+        patched from (the stream that sent another gets the comparison of the two)."""
         cached = self._patch_events.get(new.environment)
-        if cached is not None and cached[0] is old and cached[1] is new:
+        if cached is not None and cached[0] is new and cached[1] == old.version:
             return cached[2]
         event = patch_event(old, new)
-        self._patch_events[new.environment] = (old, new, event)
+        if new.patch is not None and new.patch.from_version == old.version:
+            self._patch_events[new.environment] = (new, old.version, event)
         return event
 
 

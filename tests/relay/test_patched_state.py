@@ -5,11 +5,14 @@ taken from the patch the relay applied, turns what a provider holds into the sam
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any, cast
+
 import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.routes.feed import patch_event
+from relay.routes.feed import SnapshotFeed, patch_event
 from relay.store import EnvironmentState
 from shared.engine import CompileError, evaluate_all
 from shared.wire import protocol as p
@@ -140,3 +143,21 @@ def test_a_patch_event_across_versions_compares_the_snapshots() -> None:
     )
     event = event_patch(patch_event(first, third))
     assert p.apply_patch(first.snapshot, event) == third.snapshot
+
+
+def test_the_feed_encodes_a_change_once_for_the_streams_that_follow_it() -> None:
+    """Streams that sent the version a patch follows get the same bytes (encoded once); a
+    stream further behind gets the comparison with what it sent."""
+    feed = SnapshotFeed(cast(Any, SimpleNamespace(store=None)), cast(Any, None))
+    first = EnvironmentState.build(start(), ACCESS)
+    second = EnvironmentState.patched(
+        first, p.diff(first.snapshot, edited(first.snapshot, 1, 0, 0))
+    )
+    third = EnvironmentState.patched(
+        second, p.diff(second.snapshot, edited(second.snapshot, 2, 1, 0))
+    )
+    once = feed._patch_event(second, third)
+    assert feed._patch_event(second, third) is once
+    behind = feed._patch_event(first, third)
+    assert p.apply_patch(first.snapshot, event_patch(behind)) == third.snapshot
+    assert feed._patch_event(second, third) is once
