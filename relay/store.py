@@ -61,6 +61,13 @@ class EnvironmentState:
     """What a bulk evaluation may search, in the search budget's units (``matches`` patterns'
     RE2 instructions, ``contains`` values; ``shared.engine.rules.search_units``). A patch adds
     the units of what it names, so it over-counts until the next full snapshot."""
+    tracked: frozenset[str] = frozenset()
+    """The flags whose first evaluations are reported as exposures (``track_exposures``). A
+    patch updates it for the flags it names, so the first evaluation after a patch does not
+    walk the environment to find them."""
+    patch: Patch | None = None
+    """The patch this state was made with from the version before (None: a whole snapshot), so
+    what follows the change (the provider feed's ``patch`` event) costs the change too."""
 
     @property
     def searches(self) -> bool:
@@ -91,6 +98,7 @@ class EnvironmentState:
             received_at=time.time() if received_at is None else received_at,
             etag=f'"{snapshot.project}.{snapshot.environment}.{snapshot.version}"',
             search_units=search_units(snapshot.flags.values(), snapshot.segments.values()),
+            tracked=frozenset(key for key, flag in snapshot.flags.items() if flag.track_exposures),
         )
 
     @classmethod
@@ -114,7 +122,20 @@ class EnvironmentState:
             + search_units(
                 [snapshot.flags.get(k) for k in flags], [snapshot.segments.get(k) for k in segments]
             ),
+            tracked=_tracked_after(previous.tracked, snapshot, flags),
+            patch=patch,
         )
+
+
+def _tracked_after(before: frozenset[str], snapshot: Snapshot, named: set[str]) -> frozenset[str]:
+    """``before`` (the tracked flags of the previous version) with the ``named`` flags of a
+    patch looked at again in ``snapshot``: the cost of the patch, not of the environment."""
+    if not named:
+        return before
+    now = {key for key in named if (flag := snapshot.flags.get(key)) and flag.track_exposures}
+    if now == named & before:
+        return before
+    return (before - named) | now
 
 
 @dataclass(frozen=True, slots=True)

@@ -321,15 +321,7 @@ class FlagExposures:
     def __init__(self, spool: Spool) -> None:
         self.spool = spool
         self.seen = Seen()
-        self._tracked: tuple[EnvironmentState | None, frozenset[str]] = (None, frozenset())
         self._tasks: set[asyncio.Task[None]] = set()
-
-    def tracked(self, state: EnvironmentState) -> frozenset[str]:
-        cached_state, keys = self._tracked
-        if cached_state is not state:
-            keys = frozenset(k for k, f in state.snapshot.flags.items() if f.track_exposures)
-            self._tracked = (state, keys)
-        return keys
 
     def report(
         self,
@@ -338,7 +330,7 @@ class FlagExposures:
         evaluations: Mapping[str, Evaluation],
     ) -> None:
         """``unit``: the key and kind (None: a user) the exposures record."""
-        tracked = self.tracked(state)
+        tracked = state.tracked  # kept up to date by each patch (``relay.store``)
         if not tracked or unit is None:
             return
         key_, kind = unit

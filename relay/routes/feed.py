@@ -40,7 +40,13 @@ def snapshot_event(state: EnvironmentState) -> bytes:
 
 
 def patch_event(old: EnvironmentState, new: EnvironmentState) -> bytes:
-    patch = p.diff(old.snapshot, new.snapshot)
+    """What turns ``old`` into ``new``: the patch the relay applied when ``new`` follows ``old``
+    directly (the cost of the change), else the two snapshots compared (every flag)."""
+    patch = new.patch
+    if patch is None or patch.from_version != old.version or patch.version != new.version:
+        patch = p.diff(old.snapshot, new.snapshot)
+    elif patch.access is not None:
+        patch = msgspec.structs.replace(patch, access=None)  # key data never leaves the relay
     return b"event: patch\nid: %d\ndata: %s\n\n" % (new.version, _json.encode(patch))
 
 
@@ -53,6 +59,9 @@ class SnapshotFeed:
         self.browser = browser
         self.store = browser.store
         self.hub = hub  # its one timer wakes every stream with a keep-alive
+        # per environment, the last state's patch event as (state, version it follows, event):
+        # every stream sends the same bytes, encoded once per change rather than per stream
+        self._patch_events: dict[str, tuple[EnvironmentState, int, bytes]] = {}
 
     def register(self, router: Router) -> None:
         for path in PATHS:
@@ -123,7 +132,7 @@ class SnapshotFeed:
             if not any(k.id == key_id for k in state.access.keys):
                 return None  # the key was revoked (or moved): the stream ends
             if state.version > sent.version:
-                body = patch_event(sent, state)
+                body = self._patch_event(sent, state)
             elif state is not sent:
                 body = snapshot_event(state)
             else:
@@ -132,6 +141,17 @@ class SnapshotFeed:
             return body
 
         await follow(subscription, send, render)
+
+    def _patch_event(self, old: EnvironmentState, new: EnvironmentState) -> bytes:
+        """``patch_event``, encoded once for every stream that sent the version ``new`` was
+        patched from (the stream that sent another gets the comparison of the two)."""
+        cached = self._patch_events.get(new.environment)
+        if cached is not None and cached[0] is new and cached[1] == old.version:
+            return cached[2]
+        event = patch_event(old, new)
+        if new.patch is not None and new.patch.from_version == old.version:
+            self._patch_events[new.environment] = (new, old.version, event)
+        return event
 
 
 def _resumes_at(request: Request) -> int | None:

@@ -342,8 +342,10 @@ def compile_patch(
     segment_built, rebuild = _patched_segments(earlier, segment_data, named_segments)
     dependents, users = _patched_references(earlier, flag_data, named)
     rebuild = with_dependents(rebuild | named, dependents) & flag_data.keys()
+    # not ``named - flag_data.keys()``: a set minus a dict's keys walks every key of the dict
+    gone = [key for key in named if key not in flag_data]
     built = _copy(earlier.built)
-    for key in named - flag_data.keys():
+    for key in gone:
         built.pop(key, None)
     built = _build(
         sorted(rebuild),
@@ -356,7 +358,7 @@ def compile_patch(
         only=rebuild,
     )
     compiled_flags = _copy(previous.flags)
-    for key in named - flag_data.keys():
+    for key in gone:
         compiled_flags.pop(key, None)
     for key in rebuild:
         compiled_flags[key] = _compiled_flag(key, flag_data[key], built[key], strict)

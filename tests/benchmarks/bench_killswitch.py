@@ -31,6 +31,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,6 +43,7 @@ from tests.benchmarks.common import (
     Cleanup,
     Row,
     Spread,
+    cpu_seconds,
     log,
     print_table,
     tree_rss_mib,
@@ -68,6 +70,9 @@ class Propagation:
     toggle_ms: list[float] = field(default_factory=list)
     longest_poll_ms: list[float] = field(default_factory=list)  # polling: per toggle
     missed: int = 0
+    # CPU seconds each of ``propagation``'s ``pids`` used from the first toggle to the last
+    # arrival (its streams or pollers already open): what the toggles cost the processes
+    cpu_s: list[float] = field(default_factory=list)
 
 
 def serving(body: bytes, enabled: bool) -> bool:
@@ -171,10 +176,12 @@ async def propagation(
     toggles: int,
     method: str,
     seed: int = 7,
+    pids: Sequence[int] = (),
 ) -> tuple[Propagation, bool]:
     """Toggle ``flag`` (now ``enabled``) ``toggles`` times; measure each relay's take-up.
 
     ``method`` is ``"sse"`` or ``"polling"``. Returns the measurements and the final state.
+    ``pids``: processes whose CPU time over the toggles is recorded (``Propagation.cpu_s``).
     """
     rng = random.Random(seed)
     result = Propagation(method)
@@ -197,6 +204,7 @@ async def propagation(
         if streams is not None:
             await streams.__aenter__()
             await asyncio.sleep(0.2)
+        cpu_before = [cpu_seconds(pid) for pid in pids]
         for _ in range(toggles):
             enabled = not enabled
             if streams is not None:
@@ -224,6 +232,8 @@ async def propagation(
             if seen:
                 result.slowest_from_start.append((max(seen) - started) * 1000)
             await asyncio.sleep(rng.uniform(*PAUSE_S))
+        spent = zip(pids, cpu_before, strict=True)
+        result.cpu_s = [cpu_seconds(pid) - before for pid, before in spent]
     finally:
         if streams is not None:
             await streams.__aexit__()
