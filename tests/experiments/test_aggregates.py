@@ -17,13 +17,10 @@ from control_plane.analysis.moments import Moments
 from control_plane.db.engine import make_async_engine
 from control_plane.db.migrate import upgrade
 from control_plane.db.models import Event, Exposure, Project
-from control_plane.domain.results import aggregates
-from control_plane.domain.results.aggregates import (
-    CUPED_WINDOW_MS,
-    ArmAggregate,
-    MetricSpec,
-    arm_moments,
-)
+from control_plane.domain.results import partitions, sums
+from control_plane.domain.results.caps import percentile_cap
+from control_plane.domain.results.sql import CUPED_WINDOW_MS, ArmAggregate, MetricSpec
+from control_plane.domain.results.sums import arm_moments
 
 DAY = 24 * 3600 * 1000
 
@@ -83,7 +80,7 @@ def test_arm_moments_match_raw_computation(
     database_url: str, cuped: bool, ranges: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On PostgreSQL, ``ranges`` 3 cuts the 300 units into three ranges queried at once."""
-    monkeypatch.setattr(aggregates, "_MIN_UNITS_PER_RANGE", 1)
+    monkeypatch.setattr(partitions, "_MIN_UNITS_PER_RANGE", 1)
     monkeypatch.setenv("VANE_ANALYSIS_PARTITIONS", str(ranges))
     upgrade(database_url)
     rng = random.Random(7)
@@ -182,10 +179,10 @@ def test_percentile_cap_and_capped_moments_match_raw_computation(
     ranges queried at once; the capped sums equal those of min(y, cap) per unit. ``short``: the
     sample's estimate of the units asks each range for too few of its largest values, and the
     answer is still exact (redone with the cap resolved first)."""
-    monkeypatch.setattr(aggregates, "_MIN_UNITS_PER_RANGE", 1)
+    monkeypatch.setattr(partitions, "_MIN_UNITS_PER_RANGE", 1)
     if estimate == "short":
-        monkeypatch.setattr(aggregates, "_ESTIMATE_MARGIN", 0.0)
-        monkeypatch.setattr(aggregates, "_ESTIMATE_SLACK", 0)
+        monkeypatch.setattr(sums, "_ESTIMATE_MARGIN", 0.0)
+        monkeypatch.setattr(sums, "_ESTIMATE_SLACK", 0)
     monkeypatch.setenv("VANE_ANALYSIS_PARTITIONS", str(ranges))
     upgrade(database_url)
     rng = random.Random(percentile)
@@ -234,7 +231,7 @@ def test_percentile_cap_and_capped_moments_match_raw_computation(
                     for i, (u, n, v, ts) in enumerate(events)
                 )
                 await session.commit()
-                cap = await aggregates.percentile_cap(
+                cap = await percentile_cap(
                     session, "prj_cap", "experiment", "exp_cap", revenue, percentile
                 )
                 capped = MetricSpec("revenue", "purchase", "sum", cap)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from control_plane.analysis import Moments, SequentialBounds, analyse, moments_from_values
-from control_plane.domain.results import aggregates
+from control_plane.domain.results import partitions
 from tests.conftest import Api
 from tests.experiments.seed import BASE_MS, DAY_MS, create_experiment, metric, seed_rows
 
@@ -137,7 +137,7 @@ def test_timeseries_matches_a_direct_computation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On PostgreSQL the units are cut into three ranges queried at once (their sums add up)."""
-    monkeypatch.setattr(aggregates, "_MIN_UNITS_PER_RANGE", 1)
+    monkeypatch.setattr(partitions, "_MIN_UNITS_PER_RANGE", 1)
     monkeypatch.setenv("VANE_ANALYSIS_PARTITIONS", "3")
     body: dict[str, Any] = {"name": "M", "key": "m", "aggregation": aggregation}
     if aggregation == "ratio":  # revenue per view

@@ -20,11 +20,11 @@ from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import cta, decisions
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.paging import Page, paged
-from control_plane.domain.results.aggregates import Slicer
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.slices import describe as describe_slice
 from control_plane.domain.results.slices import one_slice, parse_split
 from control_plane.domain.results.subject import MetricDef
+from control_plane.domain.results.units import Slicer
 from control_plane.domain.rows import find_metric, private_attributes
 from control_plane.errors import FieldError, conflict, invalid, invalid_many, not_found
 from shared.engine.experiments import (
@@ -651,7 +651,8 @@ async def timeseries(
     """Cumulative results per UTC day of one metric (the primary unless ``metric`` names a
     guardrail), with the experiment's engine and capping; with a ``dimension``, of the units of
     one slice (a ``value`` among its ``top``, or ``which``: other or none)."""
-    from control_plane.domain.results.aggregates import MetricSpec, percentile_cap
+    from control_plane.domain.results.caps import percentile_cap
+    from control_plane.domain.results.sql import MetricSpec
     from control_plane.domain.results.subject import ALPHA, capping_block, metric_specs
     from control_plane.domain.results.timeseries import (
         DayIncrement,

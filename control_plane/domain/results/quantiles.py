@@ -32,7 +32,8 @@ from control_plane.analysis.quantiles import (
     quantile_summary,
 )
 from control_plane.db.models import Event, Exposure
-from control_plane.domain.results.aggregates import MetricSpec, exposed_units
+from control_plane.domain.results.sql import MetricSpec
+from control_plane.domain.results.units import exposed_units
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ a name at or after its exposure (``event:<event>:<property>``, e.g. ``event:sess
 Each exposed unit falls in one slice: one of the ``top`` values with the most exposed units,
 ``other`` (any other value), or ``none`` (no value), so the slices' units, conversions and sums
 add up to the totals. Per slice, each metric gets the block the totals get, from the same SQL
-sums grouped by one more key (:func:`~control_plane.domain.results.aggregates.slice_moments`),
+sums grouped by one more key (:func:`~control_plane.domain.results.sums.slice_moments`),
 with the totals' percentile caps and shifts.
 
 A slice with fewer than ``minUnits`` exposed units in some arm is shown but not tested. Across
@@ -30,18 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from control_plane.analysis.moments import Moments
 from control_plane.analysis.multiplicity import holm_by_key
 from control_plane.analysis.results import interval_sign
-from control_plane.domain.results.aggregates import (
-    NONE,
-    OTHER,
-    ArmAggregate,
-    MetricSpec,
-    Slicer,
-    postgres_engine,
-    slice_moments,
-    unit_ranges,
-    value_counts,
-    with_shifts,
-)
+from control_plane.domain.results.partitions import postgres_engine, unit_ranges
+from control_plane.domain.results.sql import ArmAggregate, MetricSpec
+from control_plane.domain.results.sums import slice_moments, value_counts, with_shifts
+from control_plane.domain.results.units import NONE, OTHER, Slicer
 from control_plane.errors import FieldError
 
 DEFAULT_TOP = 10

@@ -30,18 +30,15 @@ from control_plane.analysis import (
 from control_plane.analysis.power import DEFAULT_POWER as POWER
 from control_plane.analysis.power import minimum_detectable_effect
 from control_plane.db.models import Metric, SequentialLook
-from control_plane.domain.results.aggregates import (
-    ArmAggregate,
-    MetricSpec,
-    Slicer,
-    arm_moments,
-)
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.quantiles import arm_quantiles
 from control_plane.domain.results.slices import CORRECTION, Split, slice_totals, sliced_aggregates
 from control_plane.domain.results.slices import correct as correct_across_slices
 from control_plane.domain.results.slices import describe as describe_slice
 from control_plane.domain.results.slices import ordered as slices_in_order
+from control_plane.domain.results.sql import ArmAggregate, MetricSpec
+from control_plane.domain.results.sums import arm_moments
+from control_plane.domain.results.units import Slicer
 
 ALPHA = 0.05
 CAPPED = ("sum", "mean", "ratio")

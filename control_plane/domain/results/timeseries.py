@@ -7,7 +7,7 @@ value y_d and its previous value y_{d-1} = y_d - Δy, and every sufficient stati
     Σ_units (y(D) - k)² = Σ_{days d ≤ D} Σ_units (y_d - y_{d-1})(y_d + y_{d-1} - 2k)
 
 (likewise y, z, z², yz, with capping applied to the running value: min(y_d, cap)), about the
-same shift k as the results (see :func:`~control_plane.domain.results.aggregates.with_shifts`;
+same shift k as the results (see :func:`~control_plane.domain.results.sums.with_shifts`;
 written as a product so that large values do not cancel). So the query
 returns per arm and day the increments of n (units joining the sums that day), Σy, Σy², Σz, Σz²,
 Σyz and the units converting that day (their first event of y's part: a ratio of two events
@@ -29,17 +29,10 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from control_plane.analysis import Moments, SequentialBounds, analyse
 from control_plane.db.models import Event, Exposure
-from control_plane.domain.results.aggregates import (
-    MetricSpec,
-    Shift,
-    capped,
-    exposed_units,
-    postgres_all,
-    postgres_engine,
-    unit_ranges,
-    value_sum,
-    with_shifts,
-)
+from control_plane.domain.results.partitions import postgres_all, postgres_engine, unit_ranges
+from control_plane.domain.results.sql import MetricSpec, Shift, capped, value_sum
+from control_plane.domain.results.sums import with_shifts
+from control_plane.domain.results.units import exposed_units
 
 DAY_MS = 24 * 3600 * 1000
 _SUMS = ("joined", "conv", "sy", "syy", "sz", "szz", "syz")
