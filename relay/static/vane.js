@@ -127,7 +127,7 @@
   // ---------------------------------------------------------------------------- experiments
   let running = [], sheet = null, mo = null, moTimer = 0;
   let seen = new WeakMap(); // element -> "key:variant" handled
-  const applied = new Map(); // element -> [tag, original children, href, background, colour]
+  const applied = new Map(); // element -> [tag, original children, href, background, colour, our text node, its text]
   const shown = new Set();
   const early = new Set(); // swapped while the parser could still add to them: looked at again
   const hide = (selectors) => {
@@ -166,11 +166,22 @@
   };
   const expose = (key) => assign(key).catch(log);
   const swap = (el, x, tag) => {
-    if (!applied.has(el)) {
-      applied.set(el, [tag, [...el.childNodes], el.getAttribute("href"), el.style.backgroundColor, el.style.color]);
+    let saved = applied.get(el);
+    if (!saved) {
+      saved = [tag, [...el.childNodes], el.getAttribute("href"), el.style.backgroundColor, el.style.color, null];
+      applied.set(el, saved);
+    } else if (early.has(el)) { // what the parser added since the swap is the original's rest
+      for (const n of [...el.childNodes]) {
+        if (n !== saved[5]) saved[1].push(n);
+        else if (n.data.length > saved[6].length) saved[1].push(d.createTextNode(n.data.slice(saved[6].length)));
+      }
     }
-    applied.get(el)[0] = tag;
-    if (x.content) el.textContent = x.content;
+    saved[0] = tag;
+    if (x.content) {
+      el.textContent = x.content;
+      saved[5] = el.firstChild; // the parser appends an element's late text to this node
+      saved[6] = x.content;
+    }
     if (x.href && !/^\s*javascript:/i.test(x.href)) el.setAttribute("href", x.href);
     if (x.bg) el.style.backgroundColor = x.bg;
     if (x.color) el.style.color = x.color;

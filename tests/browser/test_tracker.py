@@ -141,18 +141,23 @@ def test_text_the_parser_adds_to_a_swapped_element_is_replaced_when_parsing_ends
     without luck: the page adds to that text node as parsing ends, before DOMContentLoaded."""
     element_experiment(site, "appended", "/appended", "#grown")
     [treatment] = units_in("appended", "treatment")
+    [control] = units_in("appended", "control")
     context.add_init_script(
         """document.addEventListener("readystatechange", () => {
           const el = document.getElementById("grown");
           if (document.readyState === "interactive" && el && el.lastChild) {
-            el.lastChild.appendData("Original");
+            el.lastChild.appendData("Original");  // what the parser had not yet added
           }
         });"""
     )
     page = context.new_page()
-    page.goto(site.page("/appended", '<h1 id="grown">Original</h1>', unit=treatment))
+    page.goto(site.page("/appended", '<h1 id="grown"><b>Bold</b></h1>', unit=treatment))
     page.evaluate("vane.ready()")
     assert page.text_content("#grown") == "Brand new headline"
+    # that text was the original's: a unit in control gets the whole original back
+    page.evaluate(f"vane.identify({json.dumps(control)})")
+    expect(page.locator("#grown")).to_have_text("BoldOriginal")
+    assert page.inner_html("#grown") == "<b>Bold</b>Original"
 
 
 def test_cta_swap_and_click_sends_the_goal(site: Site, context: Any) -> None:
