@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 from litestar import Litestar
 from litestar.testing import TestClient
 from psycopg import OperationalError
@@ -94,17 +95,36 @@ class PostgresDatabases:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-ALONE = ("chaos", "browser")
+ALONE = ("chaos",)
 """Marks whose tests run one at a time on one pytest-xdist worker (``make test`` runs
-``--dist loadgroup``): the chaos tests each load a cluster of real processes and measure it, the
-browser tests share one Chromium and write the console's screenshots into ``docs/console``."""
+``--dist loadgroup``): the chaos tests each load a cluster of real processes and measure it."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for ``--dist loadgroup``: the chaos tests in one; the tests of a module that share a
+    module-scoped fixture (a site of real processes, a browser's pages, a crowded project) in one
+    per module, so that the fixture is set up once, not once on each worker.
+
+    pytest-xdist 3.8 names a test's group by rewriting ``item._nodeid``, which pytest 9 no longer
+    reads (a node's id is ``item._id``), so its groups never formed: the id is suffixed here."""
+    grouping = bool(config.getvalue("loadgroup"))
     for item in items:
         group = next((name for name in ALONE if item.get_closest_marker(name)), None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if group is None and _shares_a_module_fixture(item):
+            group = "module-" + item.nodeid.split("::")[0].replace("/", "-")
+        if group is None:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+        if grouping and hasattr(item, "_id"):
+            item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 @pytest.hookimpl(tryfirst=True)
