@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
@@ -35,8 +36,35 @@ class DocumentBody(StrictBody[T]):
         except ApiError as exc:
             if exc.status != 422:
                 raise
-            details = [FieldError(d.field.removeprefix(PREFIX), d.message) for d in exc.details]
-            raise ApiError(422, exc.message.removeprefix(PREFIX), details=details) from exc
+            details = [FieldError(_named(value, d.field), d.message) for d in exc.details]
+            message = f"{details[0].field}: {details[0].message}" if details else exc.message
+            raise ApiError(422, message, details=details) from exc
+
+
+AN_ENVIRONMENT = re.compile(r"^flags\[(\d+)\]\.environments\[\.\.\.\]")
+
+
+def _named(raw: bytes, field: str) -> str:
+    """``field`` in the document's terms: without ``document.``, and with the environment a
+    flag's setting is under named where msgspec says ``[...]``."""
+    field = field.removeprefix(PREFIX)
+    found = AN_ENVIRONMENT.match(field)
+    if found is None:
+        return field
+    try:
+        settings = msgspec.json.decode(raw)["document"]["flags"][int(found[1])]["environments"]
+        env = next(k for k, v in settings.items() if not _valid(v))
+    except (msgspec.DecodeError, LookupError, TypeError, StopIteration):
+        return field
+    return f"flags[{found[1]}].environments.{env}" + field[found.end() :]
+
+
+def _valid(setting: Any) -> bool:
+    try:
+        msgspec.convert(setting, s.FlagEnvironmentDoc, strict=True)
+    except msgspec.ValidationError:
+        return False
+    return True
 
 
 def to_yaml(value: Any) -> bytes:
