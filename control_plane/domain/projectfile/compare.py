@@ -28,9 +28,7 @@ def clause(c: ClauseIn) -> dict[str, Any]:
     if c.segment is not None or c.op == "segmentMatch":
         keys = ([c.segment] if c.segment is not None else []) + list(c.values or [])
         return {"op": "segmentMatch", "values": keys, "negate": c.negate}
-    out = _plain(c)
-    out["op"] = c.op or "in"
-    return out  # type: ignore[no-any-return]
+    return {**_plain(c), "op": c.op or "in"} if c.op else {"op": "in", **_plain(c)}
 
 
 def _ids(given: list[str | None], live: list[str]) -> list[str | None]:
