@@ -115,3 +115,16 @@ def test_new_resources_are_created_from_the_document(seeded: Api) -> None:
     assert after["environments"]["staging"]["prerequisites"] == [
         {"key": "checkout", "variation": 1}
     ]
+
+
+def test_a_variation_added_in_the_file_is_added(seeded: Api) -> None:
+    changed = edited(export(seeded))
+    checkout = flag_of(changed, "checkout")
+    checkout["variations"].append({"idx": 3, "value": "express", "name": "Express"})
+    checkout["environments"]["production"]["fallthrough"] = {"variation": 3}
+    segment = next(x for x in changed["segments"] if x["key"] == "beta")
+    segment["included"] = ["u2", "u1", "u2"]  # stored once each
+    apply(seeded, changed)
+    segment["included"] = ["u2", "u1"]
+    assert export(seeded) == changed
+    assert plan(seeded, changed)["hasChanges"] is False

@@ -53,8 +53,14 @@ def rules(given: list[RuleIn], live: list[RuleIn] | None) -> list[dict[str, Any]
 
 def setting(given: s.FlagEnvironmentDoc, live: s.FlagEnvironmentDoc | None) -> dict[str, Any]:
     out: dict[str, Any] = _plain(given)
+    for target in out["targets"]:
+        target["values"] = _once(target["values"])
     out["rules"] = rules(given.rules, live.rules if live else None)
     return out
+
+
+def _once(keys: list[str]) -> list[str]:
+    return list(dict.fromkeys(keys))
 
 
 def _variations(given: s.FlagDoc, live: s.FlagDoc | None) -> list[dict[str, Any]]:
@@ -80,6 +86,7 @@ def flag(given: s.FlagDoc, live: s.FlagDoc | None) -> dict[str, Any]:
 def segment(given: s.SegmentDoc, live: s.SegmentDoc | None) -> dict[str, Any]:
     out: dict[str, Any] = _plain(given)
     out["name"] = given.name if given.name is not None else given.key
+    out["included"], out["excluded"] = _once(given.included), _once(given.excluded)
     ids = _ids([r.id for r in given.rules], [str(r.id) for r in live.rules] if live else [])
     out["rules"] = [_segment_rule(r, i) for r, i in zip(given.rules, ids, strict=True)]
     return out

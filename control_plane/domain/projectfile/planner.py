@@ -146,7 +146,14 @@ def _flag(p: Planner, i: int, given: s.FlagDoc, before: s.FlagDoc | None) -> Non
         changes = [c for c in compare.diff(old, after) if c.path != "archived"]
         if changes:
             p.note("flag", given.key, "update", changes)
-            p.step(Phase.FLAG, where, steps.patch_flag(given.key, after, _top(changes)), 1)
+            p.step(
+                Phase.FLAG,
+                where,
+                steps.patch_flag(
+                    given.key, after, _top(changes), {v.idx or 0 for v in before.variations}
+                ),
+                1,
+            )
         elif before.archived == given.archived:
             p.unchanged.append(f"flag {given.key}")
         if before.archived and not given.archived:

@@ -46,11 +46,10 @@ class FlagEnvironmentDoc(ApiIn):
     rules: list[RuleIn] = msgspec.field(default_factory=list)
 
 
-class FlagDoc(ApiIn):
+class FlagDoc(ApiIn, kw_only=True):
     """A flag; an environment left out of ``environments`` is left as it is."""
 
     key: str
-    variations: list[VariationIn]
     name: str | None = None  # none: the key
     description: str = ""
     type: FlagType = "boolean"
@@ -59,6 +58,7 @@ class FlagDoc(ApiIn):
     tags: list[str] = msgspec.field(default_factory=list)
     client_side: bool = True
     archived: bool = False
+    variations: list[VariationIn]
     environments: dict[str, FlagEnvironmentDoc] = msgspec.field(default_factory=dict)
 
 

@@ -81,8 +81,16 @@ def create_flag(after: dict[str, Any]) -> Run:
     return lambda scope: flags.create_flag(scope, body)
 
 
-def patch_flag(key: str, after: dict[str, Any], names: set[str]) -> Run:
-    body = msgspec.convert(_some(after, names), fl.FlagPatch)
+def patch_flag(key: str, after: dict[str, Any], names: set[str], idxs: set[int]) -> Run:
+    """``idxs``: the live variations'; a variation added is sent without its idx, which the
+    flags' service takes as "add" (it is given the next free idx)."""
+    fields = _some(after, names)
+    if "variations" in fields:
+        fields["variations"] = [
+            v if v["idx"] in idxs else {k: x for k, x in v.items() if k != "idx"}
+            for v in fields["variations"]
+        ]
+    body = msgspec.convert(fields, fl.FlagPatch)
     return lambda scope: flags.patch_flag(scope, key, body)
 
 
