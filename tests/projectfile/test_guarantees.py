@@ -135,6 +135,32 @@ def test_a_protected_environment_gets_a_change_request(seeded: Api) -> None:
     assert [d["field"] for d in opened["changes"][0]["diff"] if d["changed"]] == ["enabled"]
     assert ok(seeded.get("/flags/checkout/environments/production"))["enabled"] is False
     assert ok(seeded.get("/flags/checkout/environments/staging"))["enabled"] is False
+    again = apply(seeded, changed)  # twice is once: the same request, not a second one
+    assert again["applied"] is False
+    assert [(r["id"], r["alreadyOpen"]) for r in again["changeRequests"]] == [(request["id"], True)]
+    listed = ok(seeded.get("/change-requests", params={"status": "open"}))
+    assert [r["id"] for r in listed["changeRequests"]] == [request["id"]]
+
+
+def test_a_segment_a_protected_environment_uses_is_proposed(seeded: Api) -> None:
+    ok(
+        seeded.put(
+            "/flags/login/environments/production/rules",
+            {"rules": [{"clauses": [{"segment": "beta"}], "variation": 1}]},
+        )
+    )
+    ok(seeded.patch("/environments/production", {"requiredApprovals": 2}))
+    changed = edited(export(seeded))
+    beta = next(x for x in changed["segments"] if x["key"] == "beta")
+    beta["included"] = ["u1", "u9"]
+    done = apply(seeded, changed)
+    (request,) = done["changeRequests"]
+    assert (request["environment"], request["segments"], request["flags"]) == (
+        "production",
+        ["beta"],
+        [],
+    )
+    assert ok(seeded.get("/segments/beta"))["included"] == ["u1"]
 
 
 def test_every_change_is_audited_as_applied_from_the_file(seeded: Api) -> None:

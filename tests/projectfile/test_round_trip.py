@@ -128,3 +128,20 @@ def test_a_variation_added_in_the_file_is_added(seeded: Api) -> None:
     segment["included"] = ["u2", "u1"]
     assert export(seeded) == changed
     assert plan(seeded, changed)["hasChanges"] is False
+
+
+def test_values_are_kept_exactly_nulls_inside_them_too(seeded: Api) -> None:
+    variations = [{"value": {"layout": None, "columns": 2}}, {"value": []}]
+    ok(seeded.post("/flags", {"key": "layout", "type": "json", "variations": variations}), 201)
+    document = export(seeded)
+    assert flag_of(document, "layout")["variations"][0]["value"] == {"layout": None, "columns": 2}
+    assert plan(seeded, document)["hasChanges"] is False
+    changed = edited(document)
+    flag_of(changed, "layout")["variations"][1]["value"] = [None]
+    found = plan(seeded, changed)
+    (change,) = found["changes"]
+    assert [(c["path"], c["before"], c["after"]) for c in change["changes"]] == [
+        ("variations[1].value", [], [None])
+    ]
+    apply(seeded, changed)
+    assert export(seeded) == changed

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from control_plane.domain.flags.schemas import ClauseIn, RuleIn, ServeIn
 from control_plane.domain.projectfile import schemas as s
-from control_plane.domain.projectfile.export import without_nulls
+from control_plane.domain.projectfile.export import plain
 from control_plane.domain.projectfile.schemas import FieldChange
 from control_plane.domain.segments.schemas import SegmentRuleIn
 
@@ -21,7 +19,7 @@ SETTINGS_FIELDS = ("enabled", "offVariation", "fallthrough", "targets", "prerequ
 
 
 def _plain(value: Any) -> Any:
-    return without_nulls(msgspec.to_builtins(value))
+    return plain(value)
 
 
 def clause(c: ClauseIn) -> dict[str, Any]:
@@ -69,7 +67,8 @@ def _variations(given: s.FlagDoc, live: s.FlagDoc | None) -> list[dict[str, Any]
     for position, item in enumerate(given.variations):
         idx = item.idx if item.idx is not None else position
         name = item.name if item.name is not None else names.get(idx)
-        out.append(without_nulls({"idx": idx, "value": item.value, "name": name}))
+        named = {"name": name} if name is not None else {}
+        out.append({"idx": idx, "value": plain(item.value), **named})
     return out
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 import yaml
 from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, Operation
 from litestar.params import JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
@@ -90,6 +92,19 @@ def project_json_schema() -> dict[str, Any]:
     return project_schema()
 
 
+@dataclass
+class ExportOperation(Operation):
+    """The export's OpenAPI operation: the document is answered as JSON or as YAML."""
+
+    def __post_init__(self) -> None:
+        ok = (self.responses or {}).get("200")
+        if isinstance(ok, OpenAPIResponse) and ok.content:
+            schema = next(iter(ok.content.values())).schema
+            ok.content = {
+                media: OpenAPIMediaType(schema=schema) for media in (MediaType.JSON, YAML)
+            }
+
+
 def _wants_yaml(request: Request[Any, Any, Any], fmt: str | None) -> bool:
     if fmt is not None:
         return fmt == "yaml"
@@ -106,6 +121,7 @@ class ProjectFileController(Controller):
         "/export",
         summary="The project as one document (YAML with ?format=yaml or Accept: application/yaml)",
         responses={200: ResponseSpec(data_container=s.ProjectDoc, description="The document")},
+        operation_class=ExportOperation,
     )
     async def export(
         self,

@@ -42,17 +42,25 @@ def as_input(value: Any, kind: type[T]) -> T:
     return msgspec.convert(to_json(value), kind)
 
 
-def without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+def plain(value: Any) -> Any:
+    """Structs as plain JSON values, an optional field that is none left out; values (a
+    variation's, a clause's) kept exactly, nulls inside them too."""
+    if isinstance(value, msgspec.Struct):
+        return {
+            f.encode_name: plain(getattr(value, f.name))
+            for f in msgspec.structs.fields(value)
+            if not (getattr(value, f.name) is None and f.default is None)
+        }
     if isinstance(value, list):
-        return [without_nulls(v) for v in value]
-    return value
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return msgspec.to_builtins(value)
 
 
 def document_builtins(doc: s.ProjectDoc) -> dict[str, Any]:
     """The document as plain JSON values, absent fields left out: what is written to a file."""
-    out: dict[str, Any] = without_nulls(msgspec.to_builtins(doc))
+    out: dict[str, Any] = plain(doc)
     return out
 
 

@@ -128,10 +128,11 @@ class OpenedRequest(ApiOut):
     environment: str
     flags: list[str]
     segments: list[str]
+    already_open: bool  # an open request proposed exactly this already: none is opened again
 
 
 class Applied(ApiOut):
     plan: Plan
-    applied: bool  # false: nothing to change
+    applied: bool  # false: nothing written, no change request opened
     change_requests: list[OpenedRequest]
     message: str

@@ -59,8 +59,12 @@ async def _propose(scope: Scope, planner: Planner, file_name: str) -> list[s.Ope
         for start in range(0, len(items), PER_REQUEST):
             chunk = items[start : start + PER_REQUEST]
             with named(f"environments ({env})"):
-                made = await changes.create(scope, _request(env, chunk, file_name))
-            opened.append(_opened(made, chunk))
+                made = await changes.open_with(scope, env, chunk)
+                if made is None:
+                    made = await changes.create(scope, _request(env, chunk, file_name))
+                    opened.append(_opened(made, chunk, already=False))
+                else:
+                    opened.append(_opened(made, chunk, already=True))
     return opened
 
 
@@ -73,9 +77,10 @@ def _request(env: str, items: list[ChangeIn], file_name: str) -> cr.ChangeReques
     )
 
 
-def _opened(made: cr.ChangeRequest, items: list[ChangeIn]) -> s.OpenedRequest:
+def _opened(made: cr.ChangeRequest, items: list[ChangeIn], *, already: bool) -> s.OpenedRequest:
     return s.OpenedRequest(
         id=made.id,
+        already_open=already,
         environment=made.environment,
         flags=[i.flag for i in items if i.flag is not None],
         segments=[i.segment for i in items if i.segment is not None],
@@ -132,7 +137,8 @@ async def apply_project(scope: Scope, body: s.ApplyIn) -> s.Applied:
     done = planner.plan()
     return s.Applied(
         plan=done,
-        applied=done.has_changes,
+        applied=any(c.action != "propose" for c in done.changes)
+        or any(not r.already_open for r in opened),
         change_requests=opened,
         message=_message(done, opened),
     )
@@ -144,8 +150,9 @@ def _message(done: s.Plan, opened: list[s.OpenedRequest]) -> str:
     written = sum(1 for c in done.changes if c.action != "propose")
     text = f"{written} change(s) applied"
     for request in opened:
+        verb = "already open with" if request.already_open else "opened for"
         text += (
             f"; environment {request.environment} requires approval: change request "
-            f"{request.id} opened for {len(request.flags) + len(request.segments)} item(s)"
+            f"{request.id} {verb} {len(request.flags) + len(request.segments)} item(s)"
         )
     return text
