@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeVar
 
 import msgspec
@@ -47,15 +48,22 @@ def plain(value: Any) -> Any:
     variation's, a clause's) kept exactly, nulls inside them too."""
     if isinstance(value, msgspec.Struct):
         return {
-            f.encode_name: plain(getattr(value, f.name))
-            for f in msgspec.structs.fields(value)
-            if not (getattr(value, f.name) is None and f.default is None)
+            encoded: plain(getattr(value, name))
+            for name, encoded, optional in _fields(type(value))
+            if not (optional and getattr(value, name) is None)
         }
     if isinstance(value, list):
         return [plain(v) for v in value]
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     return msgspec.to_builtins(value)
+
+
+@cache
+def _fields(kind: type[msgspec.Struct]) -> tuple[tuple[str, str, bool], ...]:
+    """A struct's fields (name, JSON name, whether none is its default), read once per type:
+    ``msgspec.structs.fields`` evaluates the annotations at every call."""
+    return tuple((f.name, f.encode_name, f.default is None) for f in msgspec.structs.fields(kind))
 
 
 def document_builtins(doc: s.ProjectDoc) -> dict[str, Any]:
