@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from control_plane.domain.flags.schemas import RuleIn, ServeIn
+from control_plane.domain.projectfile import compare
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.validation import Problems
 from shared.engine import prerequisite_cycle
@@ -96,12 +97,28 @@ def _cycles(problems: Problems, doc: s.ProjectDoc, live: s.ProjectDoc, envs: set
                 )
 
 
+def _metrics(problems: Problems, doc: s.ProjectDoc, live: s.ProjectDoc) -> None:
+    _twice(problems, "metrics", (m.key for m in doc.metrics))
+    before = {m.key: compare.metric(m) for m in live.metrics}
+    for i, given in enumerate(doc.metrics):
+        if given.key not in before:
+            continue
+        after = compare.metric(given)
+        for name in compare.FIXED_METRIC_FIELDS:
+            if after.get(name) != before[given.key].get(name):
+                problems.add(
+                    f"metrics[{i}].{name}",
+                    f"cannot change once the metric is made (it is {before[given.key].get(name)!r})",
+                )
+
+
 def check(doc: s.ProjectDoc, live: s.ProjectDoc) -> None:
     """422 naming every problem's path in ``doc``, or nothing."""
     problems = Problems()
     _twice(problems, "environments", (e.key for e in doc.environments))
     _twice(problems, "segments", (x.key for x in doc.segments))
     _twice(problems, "flags", (f.key for f in doc.flags))
+    _metrics(problems, doc, live)
     envs = {e.key for e in live.environments} | {e.key for e in doc.environments}
     live_flags = {f.key: f for f in live.flags}
     flags = {f.key: variation_idxs(f) for f in live.flags}

@@ -16,6 +16,7 @@ from control_plane.domain.projectfile.schemas import FieldChange
 from control_plane.domain.segments.schemas import SegmentRuleIn
 
 SETTINGS_FIELDS = ("enabled", "offVariation", "fallthrough", "targets", "prerequisites")
+FIXED_METRIC_FIELDS = ("event", "aggregation", "numerator", "denominator", "quantile")
 
 
 def _plain(value: Any) -> Any:
@@ -97,6 +98,14 @@ def _segment_rule(rule: SegmentRuleIn, rule_id: str | None) -> dict[str, Any]:
     if rule_id is not None:
         out["id"] = rule_id
     return out
+
+
+def metric(given: s.MetricDoc) -> dict[str, Any]:
+    """A ratio metric's ``event`` is its numerator's, given or not."""
+    out: dict[str, Any] = plain(given)
+    if given.event is None and given.numerator is not None:
+        out["event"] = given.numerator.event
+    return {k: v for k, v in out.items() if k != "key"}
 
 
 def environment(given: s.EnvironmentDoc, live: s.EnvironmentDoc | None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import msgspec
 from sqlalchemy import select
 
-from control_plane.db.models import Environment, Flag, FlagSetting, Segment
+from control_plane.db.models import Environment, Flag, FlagSetting, Metric, Segment
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.flags.schemas import (
     ClauseIn,
@@ -20,6 +20,7 @@ from control_plane.domain.flags.schemas import (
     VariationIn,
 )
 from control_plane.domain.flags.services import rules_out
+from control_plane.domain.metrics.services import metric_out
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.segments.schemas import SegmentRuleIn
 from control_plane.domain.segments.services import segment_out
@@ -161,6 +162,23 @@ async def _settings(scope: Scope, live: Live, env_keys: dict[str, str]) -> dict[
     return by_flag
 
 
+METRIC_ONLY = ("id", "version", "createdAt", "updatedAt")
+
+
+def _metric(row: Metric) -> s.MetricDoc:
+    out = {k: v for k, v in to_json(metric_out(row)).items() if k not in METRIC_ONLY}
+    return msgspec.convert(out, s.MetricDoc)
+
+
+async def _metrics(scope: Scope, live: Live) -> None:
+    rows = await scope.session.scalars(
+        select(Metric).where(Metric.project_id == scope.project_id).order_by(Metric.key)
+    )
+    for row in rows:
+        live.doc.metrics.append(_metric(row))
+        live.versions[f"metric:{row.key}"] = row.version
+
+
 async def read_live(scope: Scope) -> Live:
     """The project as it is now, sorted by key: environments, segments, flags."""
     live = Live(s.ProjectDoc(), {}, {})
@@ -180,4 +198,5 @@ async def read_live(scope: Scope) -> Live:
     for flag in flags:
         live.doc.flags.append(_flag(flag, settings.get(flag.key, {})))
         live.versions[f"flag:{flag.key}"] = flag.version
+    await _metrics(scope, live)
     return live

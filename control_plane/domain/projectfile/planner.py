@@ -61,6 +61,7 @@ class Planner:
         wanted = {f"environment:{e.key}" for e in doc.environments}
         wanted |= {f"segment:{x.key}" for x in doc.segments} | {f"flag:{f.key}" for f in doc.flags}
         wanted |= {f"setting:{f.key}/{env}" for f in doc.flags for env in f.environments}
+        wanted |= {f"metric:{m.key}" for m in doc.metrics}
         if self.prune:
             wanted |= set(self.live.versions)
         return {key: self.live.versions.get(key, 0) for key in sorted(wanted)}
@@ -208,9 +209,30 @@ def _flags(p: Planner) -> None:
                 p.step(Phase.ARCHIVE, f"flags ({key})", steps.archive_flag(key))
 
 
+def _metrics(p: Planner) -> None:
+    live = {m.key: m for m in p.live.doc.metrics}
+    for i, given in enumerate(p.doc.metrics):
+        before, after, where = live.get(given.key), compare.metric(given), f"metrics[{i}]"
+        if before is None:
+            p.note("metric", given.key, "create", compare.diff({}, after))
+            p.step(Phase.METRIC, where, steps.create_metric(given.key, after))
+            continue
+        changes = compare.diff(compare.metric(before), after)
+        if not changes:
+            p.unchanged.append(f"metric {given.key}")
+            continue
+        p.note("metric", given.key, "update", changes)
+        p.step(Phase.METRIC, where, steps.update_metric(given.key, after, _top(changes)))
+    if p.prune:
+        for key in sorted(set(live) - {m.key for m in p.doc.metrics}):
+            p.note("metric", key, "delete", [])
+            p.step(Phase.DELETE, f"metrics ({key})", steps.delete_metric(key))
+
+
 def plan(doc: s.ProjectDoc, live: Live, *, prune: bool) -> Planner:
     planner = Planner(doc, live, prune)
     _environments(planner)
     _segments(planner)
     _flags(planner)
+    _metrics(planner)
     return planner

@@ -18,6 +18,7 @@ from control_plane.domain.flags.schemas import (
     TargetIn,
     VariationIn,
 )
+from control_plane.domain.metrics.schemas import MetricCreate
 from control_plane.domain.schemas import ApiIn, ApiOut
 from control_plane.domain.segments.schemas import SegmentRuleIn
 
@@ -71,6 +72,14 @@ class SegmentDoc(ApiIn):
     rules: list[SegmentRuleIn] = msgspec.field(default_factory=list)
 
 
+class MetricDoc(MetricCreate, kw_only=True):
+    """A metric, in the shape ``POST /metrics`` takes, its key required. Its event,
+    aggregation, ratio parts and quantile cannot change once made (results would change
+    meaning); the rest can."""
+
+    key: str
+
+
 class ProjectDoc(ApiIn):
     """A project as one document: sorted by key, rule ids kept, so a diff in git shows only
     what changed."""
@@ -79,6 +88,7 @@ class ProjectDoc(ApiIn):
     environments: list[EnvironmentDoc] = msgspec.field(default_factory=list)
     segments: list[SegmentDoc] = msgspec.field(default_factory=list)
     flags: list[FlagDoc] = msgspec.field(default_factory=list)
+    metrics: list[MetricDoc] = msgspec.field(default_factory=list)
 
 
 class PlanIn(ApiIn):
@@ -99,7 +109,7 @@ class ApplyIn(ApiIn):
 # --- answers ----------------------------------------------------------------------------------
 
 Action = Literal["create", "update", "archive", "restore", "delete", "propose"]
-Kind = Literal["environment", "segment", "flag", "setting"]
+Kind = Literal["environment", "segment", "flag", "setting", "metric"]
 
 
 class FieldChange(ApiOut):

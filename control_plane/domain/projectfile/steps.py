@@ -15,6 +15,8 @@ from control_plane.domain.environments import schemas as envs
 from control_plane.domain.environments import services as environments
 from control_plane.domain.flags import schemas as fl
 from control_plane.domain.flags import services as flags
+from control_plane.domain.metrics import schemas as mt
+from control_plane.domain.metrics import services as metrics
 from control_plane.domain.segments import schemas as sg
 from control_plane.domain.segments import services as segments
 
@@ -29,11 +31,12 @@ class Phase(IntEnum):
 
     ENVIRONMENT = 0
     SEGMENT = 1
-    FLAG = 2
-    SETTING = 3
-    ARCHIVE = 4
-    DELETE = 5
-    PROTECT = 6
+    METRIC = 2
+    FLAG = 3
+    SETTING = 4
+    ARCHIVE = 5
+    DELETE = 6
+    PROTECT = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,21 @@ def patch_segment(key: str, after: dict[str, Any], names: set[str]) -> Run:
 
 def delete_segment(key: str) -> Run:
     return lambda scope: segments.delete_segment(scope, key)
+
+
+def create_metric(key: str, after: dict[str, Any]) -> Run:
+    body = msgspec.convert({**after, "key": key}, mt.MetricCreate)
+    return lambda scope: metrics.create_metric(scope, body)
+
+
+def update_metric(key: str, after: dict[str, Any], names: set[str]) -> Run:
+    """A field left out (``capping``, ``currency``) is removed: sent as null."""
+    body = msgspec.convert({name: after.get(name) for name in names}, mt.MetricPatch)
+    return lambda scope: metrics.update_metric(scope, key, body)
+
+
+def delete_metric(key: str) -> Run:
+    return lambda scope: metrics.delete_metric(scope, key)
 
 
 def create_flag(after: dict[str, Any]) -> Run:
