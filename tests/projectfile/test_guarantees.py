@@ -201,3 +201,27 @@ def test_the_document_schema_is_published(seeded: Api) -> None:
     setting = body["$defs"]["FlagEnvironmentDoc"]
     assert set(setting["required"]) == {"enabled", "offVariation", "fallthrough"}
     assert "rules" in setting["properties"]
+
+
+def test_one_apply_is_published_once_with_each_environment_once(
+    seeded: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publisher = seeded.client.app.state.publisher
+    published: list[Any] = []
+    original = publisher.publish
+
+    def recording(change: Any) -> None:
+        published.append(change)
+        original(change)
+
+    monkeypatch.setattr(publisher, "publish", recording)
+    changed = edited(export(seeded))
+    for key in ("checkout", "login"):
+        staging = flag_of(changed, key)["environments"]["staging"]
+        staging["offVariation"] = 0 if staging["offVariation"] else 1
+    flag_of(changed, "login")["environments"]["production"]["enabled"] = True
+    apply(seeded, changed)
+    (change,) = published
+    envs = {e["key"]: e["id"] for e in ok(seeded.get("/environments"))["environments"]}
+    assert set(change.environments) == {envs["staging"], envs["production"]}
+    assert change.environments[envs["staging"]].flags == {"checkout", "login"}
