@@ -46,6 +46,7 @@ from control_plane.domain.keys.services import revoke_key
 from control_plane.domain.layers.controllers import HoldoutController, LayerController
 from control_plane.domain.metrics.controllers import FlagMetricController, MetricController
 from control_plane.domain.people.controllers import PeopleController, TokenController
+from control_plane.domain.projectfile.controllers import ProjectFileController, project_json_schema
 from control_plane.domain.schedules.controllers import ScheduleController
 from control_plane.domain.schedules.runner import ScheduleRunner
 from control_plane.domain.segments.controllers import SegmentController
@@ -85,6 +86,7 @@ API_CONTROLLERS: list[ControllerRouterHandler] = [
     WebhookController,
     PeopleController,
     TokenController,
+    ProjectFileController,
     relay_stream,
     snapshot_stream,
 ]
@@ -261,6 +263,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             ApiRouter(path=API_PREFIX, route_handlers=API_CONTROLLERS),
             console_router(),
             swagger_assets(),
+            project_json_schema,
         ],
         template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         state=State(runtime.state()),

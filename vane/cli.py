@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 RELAY = "relay.cli"
 CONTROL_PLANE = "control_plane.entry.cli"
+FLAGS_AS_CODE = "control_plane.entry.flags_as_code"  # a client of the API: httpx and YAML
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": (CONTROL_PLANE, "run a control plane and a relay together (SQLite by default)"),
@@ -23,6 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": (CONTROL_PLANE, "API keys"),
     "users": (CONTROL_PLANE, "people who sign in"),
     "code-refs": (CONTROL_PLANE, "flag references in code"),
+    "export": (FLAGS_AS_CODE, "write the project as one document (YAML, or --json)"),
+    "plan": (FLAGS_AS_CODE, "what applying a project document would change"),
+    "apply": (FLAGS_AS_CODE, "apply a project document in one transaction"),
 }
 
 

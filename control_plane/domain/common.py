@@ -85,6 +85,9 @@ class Scope:
     # only by the change requests' apply: the protection gate (``domain.protection``) lets its
     # writes through, and every audit entry written meanwhile names it (``changeRequest``)
     applying: dict[str, Any] | None = field(default=None, init=False)
+    # the file a project document was applied from (``domain.projectfile``): every audit entry
+    # written meanwhile says so (``appliedFrom``)
+    source: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.change = Change(self.project_id)
@@ -162,6 +165,8 @@ class Scope:
         self.hooks.audited(self.session, entry)
 
     def _with_request(self, after: Any) -> Any:
+        if self.source is not None and isinstance(after, dict | None):
+            after = {**(after or {}), "appliedFrom": self.source}
         if self.applying is None or not isinstance(after, dict) or "changeRequest" in after:
             return after
         return {**after, "changeRequest": self.applying}

@@ -363,6 +363,24 @@ async def get(scope: Scope, request_id: str) -> s.ChangeRequest:
     return await _out(scope, row, env, (await _reviews(scope, [row.id]))[row.id])
 
 
+async def open_with(scope: Scope, env_key: str, items: list[s.ChangeIn]) -> s.ChangeRequest | None:
+    """The open request of ``env_key`` that proposes exactly ``items``, if any: applying a
+    project file twice proposes nothing new (``domain.projectfile``)."""
+    env = await scope.environment(env_key)
+    wanted = [_stored(item) for item in items]
+    rows = await scope.session.scalars(
+        select(ChangeRequest)
+        .where(
+            ChangeRequest.project_id == scope.project_id,
+            ChangeRequest.environment_id == env.id,
+            ChangeRequest.status == "open",
+        )
+        .order_by(ChangeRequest.created_at)
+    )
+    same = next((row for row in rows if row.changes == wanted), None)
+    return None if same is None else await get(scope, same.id)
+
+
 async def list_requests(
     scope: Scope,
     status: str | None,

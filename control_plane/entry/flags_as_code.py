@@ -1,0 +1,178 @@
+"""``vane export``, ``vane plan FILE`` and ``vane apply FILE``: flags as code over the API.
+
+The commands talk to a control plane's ``/api/v1/export``, ``/plan`` and ``/apply`` (``--url``
+or ``$VANE_URL``, a management key in ``--key`` or ``$VANE_API_KEY``), as a CI job or a
+Terraform provider would. ``plan`` exits 0 when nothing would change, 2 when something would,
+1 on an error (as ``terraform plan -detailed-exitcode``); ``apply`` plans, prints the plan,
+then applies it with the versions the plan read, so a change made meanwhile is refused."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+NOTHING, CHANGES, ERROR = 0, 2, 1
+MAX_FILE_BYTES = 32 << 20  # the API's limit for a document
+SIGNS = {
+    "create": "+",
+    "update": "~",
+    "restore": "~",
+    "archive": "-",
+    "delete": "-",
+    "propose": "?",
+}
+
+
+class Failed(Exception):
+    """A problem to print, and exit 1."""
+
+
+def _client(args: argparse.Namespace) -> httpx.Client:
+    key = args.key or os.environ.get("VANE_API_KEY")
+    if not key:
+        raise Failed("a management key is needed: --key or $VANE_API_KEY")
+    base = (args.url or os.environ.get("VANE_URL") or "http://127.0.0.1:8000").rstrip("/")
+    return httpx.Client(
+        base_url=base + "/api/v1", headers={"Authorization": f"Bearer {key}"}, timeout=300
+    )
+
+
+def _answer(response: httpx.Response, *, as_json: bool = True) -> Any:
+    if response.status_code < 300:
+        return response.json() if as_json else response.text
+    try:
+        error = response.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        raise Failed(f"HTTP {response.status_code}: {response.text[:500]}") from None
+    lines = [f"{error['message']} (HTTP {response.status_code})"]
+    lines += [f"  {d['field']}: {d['message']}" for d in error.get("details", [])[:50]]
+    raise Failed("\n".join(lines))
+
+
+def read_document(path: str) -> Any:
+    file = Path(path)
+    if not file.is_file():
+        raise Failed(f"no such file: {path}")
+    if file.stat().st_size > MAX_FILE_BYTES:
+        raise Failed(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB, the API's limit")
+    text = file.read_text(encoding="utf-8")
+    try:
+        return json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise Failed(
+            f"{path} is not {'JSON' if file.suffix == '.json' else 'YAML'}: {exc}"
+        ) from exc
+
+
+def _short(value: Any) -> str:
+    text = "(none)" if value is None else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def render(plan: dict[str, Any]) -> str:
+    """The plan as people read it: one line per resource, one per changed field."""
+    lines = []
+    for change in plan["changes"]:
+        where = f" in {change['environment']}" if change.get("environment") else ""
+        action = change["action"]
+        note = " (requires approval: a change request)" if action == "propose" else ""
+        lines.append(f"{SIGNS[action]} {change['kind']} {change['key']}{where}: {action}{note}")
+        lines += [
+            f"    {c['path']}: {_short(c['before'])} -> {_short(c['after'])}"
+            for c in change["changes"]
+        ]
+    counts: dict[str, int] = {}
+    for change in plan["changes"]:
+        counts[change["action"]] = counts.get(change["action"], 0) + 1
+    summary = ", ".join(f"{n} to {a}" for a, n in sorted(counts.items())) or "nothing to change"
+    lines.append(f"Plan: {summary}; {len(plan['unchanged'])} left alone.")
+    return "\n".join(lines)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        fmt = "json" if args.json else "yaml"
+        response = client.get("/export", params={"format": fmt})
+        _answer(response, as_json=False)
+    if args.out:
+        Path(args.out).write_bytes(response.content)
+        print(f"exported to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(response.text)
+    return NOTHING
+
+
+def _plan(client: httpx.Client, document: Any, prune: bool) -> dict[str, Any]:
+    found: dict[str, Any] = _answer(
+        client.post("/plan", json={"document": document, "prune": prune})
+    )
+    print(render(found))
+    return found
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    document = read_document(args.file)
+    with _client(args) as client:
+        found = _plan(client, document, args.prune)
+    return CHANGES if found["hasChanges"] else NOTHING
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    document = read_document(args.file)
+    with _client(args) as client:
+        found = _plan(client, document, args.prune)
+        if not found["hasChanges"]:
+            return NOTHING
+        body = {
+            "document": document,
+            "prune": args.prune,
+            "versions": found["versions"],
+            "fileName": Path(args.file).name,
+        }
+        done = _answer(client.post("/apply", json=body))
+    print(done["message"])
+    return NOTHING
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vane")
+    sub = parser.add_subparsers(dest="command", required=True)
+    export = sub.add_parser("export", help="write the project as one document (YAML)")
+    export.add_argument("--json", action="store_true", help="JSON instead of YAML")
+    export.add_argument("--out", help="write to FILE (default: standard output)")
+    export.set_defaults(func=cmd_export)
+    for name, func, summary in (
+        ("plan", cmd_plan, "what applying FILE would change (exit 0: nothing, 2: something)"),
+        ("apply", cmd_apply, "apply FILE in one transaction, after showing its plan"),
+    ):
+        command = sub.add_parser(name, help=summary)
+        command.add_argument("file")
+        command.add_argument(
+            "--prune",
+            action="store_true",
+            help="also archive flags and delete segments not in FILE",
+        )
+        command.set_defaults(func=func)
+    for command in sub.choices.values():
+        command.add_argument("--url", help="the control plane (default: $VANE_URL or :8000)")
+        command.add_argument("--key", help="a management key (default: $VANE_API_KEY)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except Failed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ERROR
+    except httpx.HTTPError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ERROR
