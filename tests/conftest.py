@@ -115,7 +115,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     pytest-xdist 3.8 names a test's group by rewriting ``item._nodeid``, which pytest 9 no longer
     reads (a node's id is ``item._id``), so its groups never formed: the id is suffixed here."""
-    grouping = bool(config.getvalue("loadgroup"))
+    grouping = bool(getattr(config.option, "loadgroup", False))  # set on pytest-xdist workers
     for item in items:
         group = next((name for name in ALONE if item.get_closest_marker(name)), None)
         if group is None and _shares_a_module_fixture(item):

@@ -142,6 +142,33 @@ def test_a_protected_environment_gets_a_change_request(seeded: Api) -> None:
     assert [r["id"] for r in listed["changeRequests"]] == [request["id"]]
 
 
+def test_a_flags_own_change_where_an_environment_is_protected_is_proposed(seeded: Api) -> None:
+    """bucketBy, clientSide, a variation's value and archiving reach every environment: where one
+    is protected they are proposed (one item of the flag itself), while words are written."""
+    ok(seeded.patch("/environments/production", {"requiredApprovals": 1}))
+    changed = edited(export(seeded))
+    flag_of(changed, "login")["bucketBy"] = "account"
+    flag_of(changed, "login")["description"] = "signing in"
+    flag_of(changed, "checkout")["archived"] = True
+    found = plan(seeded, changed)
+    proposed = {(c["key"], c["environment"]) for c in found["changes"] if c["action"] == "propose"}
+    assert proposed == {("checkout", "production"), ("login", "production")}
+    done = apply(seeded, changed, versions=found["versions"])
+    (request,) = done["changeRequests"]
+    opened = ok(seeded.get(f"/change-requests/{request['id']}"))
+    items = {c["flag"]: (c["flagPatch"], c["archived"]) for c in opened["changes"]}
+    assert items == {
+        "login": ({"description": "signing in", "bucketBy": "account"}, None),
+        "checkout": (None, True),
+    }
+    assert ok(seeded.get("/flags/login"))["bucketBy"] == "key"  # proposed, not written
+    assert ok(seeded.get("/flags/checkout"))["archived"] is False
+    flag_of(changed, "login")["bucketBy"] = "key"  # words alone are written at once
+    flag_of(changed, "checkout")["archived"] = False
+    apply(seeded, changed)
+    assert ok(seeded.get("/flags/login"))["description"] == "signing in"
+
+
 def test_a_segment_a_protected_environment_uses_is_proposed(seeded: Api) -> None:
     ok(
         seeded.put(

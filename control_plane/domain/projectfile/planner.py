@@ -137,30 +137,46 @@ def _segments(p: Planner) -> None:
             p.step(Phase.DELETE, f"segments ({key})", steps.delete_segment(key))
 
 
+SERVED = {"variations", "bucketBy", "clientSide"}  # a flag's own fields every environment serves
+
+
+def _guarding(p: Planner) -> str | None:
+    """The environment that requires the most approvals, where a change to a flag itself is
+    proposed (a flag is in every environment); None where none requires any."""
+    guarded = [(n, key) for key, n in p.approvals.items() if n > 0]
+    return max(guarded)[1] if guarded else None
+
+
 def _flag(p: Planner, i: int, given: s.FlagDoc, before: s.FlagDoc | None) -> None:
     after, where = compare.flag(given, before), f"flags[{i}]"
     if before is None:
         p.note("flag", given.key, "create", compare.diff({}, after))
         p.step(Phase.FLAG, where, steps.create_flag(after))
-    else:
-        old = compare.flag(before, before)
-        changes = [c for c in compare.diff(old, after) if c.path != "archived"]
-        if changes:
-            p.note("flag", given.key, "update", changes)
-            p.step(
-                Phase.FLAG,
-                where,
-                steps.patch_flag(
-                    given.key, after, _top(changes), {v.idx or 0 for v in before.variations}
-                ),
-                1,
-            )
-        elif before.archived == given.archived:
-            p.unchanged.append(f"flag {given.key}")
-        if before.archived and not given.archived:
-            p.note("flag", given.key, "restore", [])
-            p.step(Phase.FLAG, where, steps.restore_flag(given.key))
-    if given.archived and (before is None or not before.archived):
+        if given.archived:
+            p.note("flag", given.key, "archive", [])
+            p.step(Phase.ARCHIVE, where, steps.archive_flag(given.key))
+        return
+    old = compare.flag(before, before)
+    changes = [c for c in compare.diff(old, after) if c.path != "archived"]
+    names = _top(changes)
+    archived = given.archived if given.archived != before.archived else None
+    guard = _guarding(p)
+    if guard is not None and (names & SERVED or archived is not None):
+        idxs = {v.idx or 0 for v in before.variations}
+        body = steps.flag_patch_body(after, names, idxs) if names else None
+        p.note("flag", given.key, "propose", changes, guard)
+        p.propose(guard, ChangeIn(flag=given.key, flag_patch=body, archived=archived))
+        return
+    if changes:
+        p.note("flag", given.key, "update", changes)
+        idxs = {v.idx or 0 for v in before.variations}
+        p.step(Phase.FLAG, where, steps.patch_flag(given.key, after, names, idxs), 1)
+    elif archived is None:
+        p.unchanged.append(f"flag {given.key}")
+    if archived is False:
+        p.note("flag", given.key, "restore", [])
+        p.step(Phase.FLAG, where, steps.restore_flag(given.key))
+    elif archived:
         p.note("flag", given.key, "archive", [])
         p.step(Phase.ARCHIVE, where, steps.archive_flag(given.key))
 
@@ -204,9 +220,15 @@ def _flags(p: Planner) -> None:
             _setting(p, i, given, before, env, order[given.key])
     if p.prune:
         for key in sorted(set(live) - set(needs)):
-            if not live[key].archived:
-                p.note("flag", key, "archive", [])
-                p.step(Phase.ARCHIVE, f"flags ({key})", steps.archive_flag(key))
+            if live[key].archived:
+                continue
+            guard = _guarding(p)
+            if guard is not None:
+                p.note("flag", key, "propose", [], guard)
+                p.propose(guard, ChangeIn(flag=key, archived=True))
+                continue
+            p.note("flag", key, "archive", [])
+            p.step(Phase.ARCHIVE, f"flags ({key})", steps.archive_flag(key))
 
 
 def _metrics(p: Planner) -> None:

@@ -99,7 +99,7 @@ def create_flag(after: dict[str, Any]) -> Run:
     return lambda scope: flags.create_flag(scope, body)
 
 
-def patch_flag(key: str, after: dict[str, Any], names: set[str], idxs: set[int]) -> Run:
+def flag_patch_body(after: dict[str, Any], names: set[str], idxs: set[int]) -> fl.FlagPatch:
     """``idxs``: the live variations'; a variation added is sent without its idx, which the
     flags' service takes as "add" (it is given the next free idx)."""
     fields = _some(after, names)
@@ -108,7 +108,11 @@ def patch_flag(key: str, after: dict[str, Any], names: set[str], idxs: set[int])
             v if v["idx"] in idxs else {k: x for k, x in v.items() if k != "idx"}
             for v in fields["variations"]
         ]
-    body = msgspec.convert(fields, fl.FlagPatch)
+    return msgspec.convert(fields, fl.FlagPatch)
+
+
+def patch_flag(key: str, after: dict[str, Any], names: set[str], idxs: set[int]) -> Run:
+    body = flag_patch_body(after, names, idxs)
     return lambda scope: flags.patch_flag(scope, key, body)
 
 
