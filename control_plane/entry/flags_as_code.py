@@ -19,10 +19,11 @@ from typing import Any
 import httpx
 import yaml
 
-from control_plane.domain.projectfile.imports import Converted, Refused, launchdarkly
+from control_plane.domain.projectfile.imports import Converted, Refused, flagd, launchdarkly
 
 CONVERTERS: dict[str, Callable[[Any, str], Converted]] = {
     "launchdarkly": launchdarkly.convert,
+    "flagd": flagd.convert,
 }
 
 NOTHING, CHANGES, ERROR = 0, 2, 1
@@ -105,14 +106,20 @@ def render(plan: dict[str, Any]) -> str:
 
 def cmd_export(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        fmt = "json" if args.json else "yaml"
+        fmt = "json" if args.json or args.format == "flagd" else "yaml"
         response = client.get("/export", params={"format": fmt})
         _answer(response, as_json=False)
+    content = response.content
+    if args.format == "flagd":
+        converted = flagd.export(response.json(), args.env)
+        for note in converted.notes:
+            print(f"not exported: {note}", file=sys.stderr)
+        content = (json.dumps(converted.document, indent=2, ensure_ascii=False) + "\n").encode()
     if args.out:
-        Path(args.out).write_bytes(response.content)
+        Path(args.out).write_bytes(content)
         print(f"exported to {args.out}", file=sys.stderr)
     else:
-        sys.stdout.write(response.text)
+        sys.stdout.write(content.decode())
     return NOTHING
 
 
@@ -196,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write the project as one document (YAML)")
     export.add_argument("--json", action="store_true", help="JSON instead of YAML")
     export.add_argument("--out", help="write to FILE (default: standard output)")
+    export.add_argument(
+        "--format", choices=("vane", "flagd"), default="vane", help="flagd: a flagd flag file"
+    )
+    export.add_argument(
+        "--env", default="production", help="with --format flagd: the environment exported"
+    )
     export.set_defaults(func=cmd_export)
     for name, func, summary in (
         ("plan", cmd_plan, "what applying FILE would change (exit 0: nothing, 2: something)"),

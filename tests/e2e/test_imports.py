@@ -135,3 +135,54 @@ def test_a_flag_that_cannot_be_converted_refuses_the_import(
     assert refused.returncode == 1
     assert "flag login rules[0] clauses[0]: operator 'unknownOp'" in refused.stderr
     assert cp.api("GET", "/flags/login").status_code == 404
+
+
+def test_a_flagd_file_imports_and_the_project_exports_as_flagd(
+    stack: tuple[ControlPlane, Relay],
+    tmp_path: Path,
+) -> None:
+    cp, _ = stack
+    file = tmp_path / "flags.flagd.json"
+    flags = {
+        "flags": {
+            "banner": {
+                "state": "ENABLED",
+                "variants": {"off": "none", "red": "red"},
+                "defaultVariant": "off",
+                "targeting": {"if": [{"in": [{"var": "country"}, ["DE"]]}, "red", None]},
+            }
+        }
+    }
+    file.write_text(json.dumps(flags))
+    dry = vane(cp, "import", "--from", "flagd", str(file), "--dry-run")
+    assert dry.returncode == 2, dry.stdout + dry.stderr
+    assert "+ flag banner: create" in dry.stdout.splitlines()
+    assert vane(cp, "import", "--from", "flagd", str(file)).returncode == 0
+    answer = cp.api(
+        "POST",
+        "/flags/banner/environments/production/evaluate",
+        {"context": {"key": "u", "country": "DE"}},
+    )
+    assert answer.json()["value"] == "red"
+    out = tmp_path / "out.flagd.json"
+    exported = vane(cp, "export", "--format", "flagd", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(out.read_text())["flags"]["banner"] == {
+        "state": "ENABLED",
+        "variants": {"off": "none", "red": "red"},
+        "defaultVariant": "off",
+        "targeting": {"if": [{"in": [{"var": "country"}, ["DE"]]}, "red", "off"]},
+    }
+    bad = {
+        "flags": {
+            "x": {
+                "variants": {"a": 1},
+                "defaultVariant": "a",
+                "targeting": {"if": [{"some": [1]}, "a", None]},
+            }
+        }
+    }
+    file.write_text(json.dumps(bad))
+    refused = vane(cp, "import", "--from", "flagd", str(file))
+    assert refused.returncode == 1
+    assert "flag x: operator 'some'" in refused.stderr
