@@ -225,9 +225,14 @@ def _condition(flag: _Flag, logic: Any) -> Condition:
         raise flag.refuse(f"condition {logic!r}: not an operator")
     args = logic[op] if isinstance(logic[op], list) else [logic[op]]
     if op == "and":
+        guarded = [a for a in (_presence(flag, arg) for arg in args) if a is not None]
         out: Condition = [[]]
         for arg in args:
-            out = _and(flag, out, _condition(flag, arg))
+            if _presence(flag, arg) is None:
+                out = _and(flag, out, _condition(flag, arg))
+        for attribute in guarded:  # exact where every alternative reads the attribute
+            if not all(any(c.get("attribute") == attribute for c in alt) for alt in out):
+                raise flag.refuse(f"'!=' null on {attribute!r} (a presence test) alone")
         return out
     if op == "or":
         return [clauses for arg in args for clauses in _condition(flag, arg)]
@@ -238,6 +243,17 @@ def _condition(flag: _Flag, logic: Any) -> Condition:
         flag.inexact.add("'!' (a missing attribute matches no Vane clause, negated or not)")
         return [[{**inner[0][0], "negate": not inner[0][0]["negate"]}]]
     return [[_clause(flag, op, args)]]
+
+
+def _presence(flag: _Flag, logic: Any) -> str | None:
+    """The attribute of ``{"!=": [{"var": x}, null]}``, a presence test: Vane's clauses never
+    match a missing attribute, so within an ``and`` that compares it, it is implied."""
+    if isinstance(logic, Mapping) and set(logic) in ({"!="}, {"!=="}):
+        args = next(iter(logic.values()))
+        if isinstance(args, list) and len(args) == 2 and args[1] is None:
+            found = _var(flag, args[0])
+            return found[0] if found is not None else None
+    return None
 
 
 def _var(flag: _Flag, logic: Any) -> tuple[str, str | None] | None:
@@ -263,6 +279,7 @@ def _clause(flag: _Flag, op: str, args: list[Any]) -> Json:
             raise flag.refuse(f"'{op}' between two values (write an 'and' of two comparisons)")
         if _var(flag, args[0]) is None:
             args, op = list(reversed(args)), MIRRORED[op]
+        flag.inexact.add(f"'{op}' (JsonLogic compares a missing attribute as 0, Vane never)")
         return _compare(flag, op, COMPARISONS[op], args)
     if op == "in":
         if isinstance(args[-1], list):  # array membership: {"in": [{"var": x}, [a, b]]}
@@ -312,6 +329,7 @@ EXPORTED_OPS = {
     "startsWith": "starts_with",
     "endsWith": "ends_with",
 }
+NUMBER_OPS = ("lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual")
 SEMVER_OUT = {"semVerEqual": "=", "semVerLessThan": "<", "semVerGreaterThan": ">"}
 
 
@@ -411,6 +429,8 @@ def _flagd_clause(clause: Mapping[str, Any]) -> Any:
         matched = {"or": [{"in": [v, var]} for v in values]}
     elif op in EXPORTED_OPS:
         matched = {"or": [{EXPORTED_OPS[op]: [var, v]} for v in values]}
+        if op in NUMBER_OPS:  # JsonLogic compares a missing attribute as 0; Vane never matches it
+            matched = {"and": [{"!=": [var, None]}, matched]}
     elif op in SEMVER_OUT:
         matched = {"or": [{"sem_ver": [var, SEMVER_OUT[op], v]} for v in values]}
     else:
