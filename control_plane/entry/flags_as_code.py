@@ -19,11 +19,18 @@ from typing import Any
 import httpx
 import yaml
 
-from control_plane.domain.projectfile.imports import Converted, Refused, flagd, launchdarkly
+from control_plane.domain.projectfile.imports import (
+    Converted,
+    Refused,
+    flagd,
+    launchdarkly,
+    unleash,
+)
 
 CONVERTERS: dict[str, Callable[[Any, str], Converted]] = {
     "launchdarkly": launchdarkly.convert,
     "flagd": flagd.convert,
+    "unleash": unleash.convert,
 }
 
 NOTHING, CHANGES, ERROR = 0, 2, 1
