@@ -186,3 +186,36 @@ def test_a_flagd_file_imports_and_the_project_exports_as_flagd(
     refused = vane(cp, "import", "--from", "flagd", str(file))
     assert refused.returncode == 1
     assert "flag x: operator 'some'" in refused.stderr
+
+
+def test_an_unleash_export_into_a_protected_environment_opens_a_change_request(
+    stack: tuple[ControlPlane, Relay],
+    tmp_path: Path,
+) -> None:
+    cp, _ = stack
+    made = cp.api("POST", "/flags", {"key": "beta-banner"})
+    assert made.status_code == 201, made.text
+    protected = cp.api("PATCH", "/environments/production", {"requiredApprovals": 1})
+    assert protected.status_code == 200, protected.text
+    export = {
+        "features": [{"name": "beta-banner", "type": "release"}],
+        "featureStrategies": [
+            {
+                "featureName": "beta-banner",
+                "environment": "production",
+                "name": "userWithId",
+                "parameters": {"userIds": "ann"},
+            }
+        ],
+        "featureEnvironments": [
+            {"featureName": "beta-banner", "environment": "production", "enabled": True}
+        ],
+    }
+    file = tmp_path / "unleash.json"
+    file.write_text(json.dumps(export))
+    done = vane(cp, "import", "--from", "unleash", str(file))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "? setting beta-banner in production: propose" in done.stdout
+    assert "change request" in done.stdout.splitlines()[-1]
+    setting = cp.api("GET", "/flags/beta-banner/environments/production").json()
+    assert setting["enabled"] is False  # not written: proposed for review
