@@ -129,6 +129,7 @@ def _convert(sdk: dict[str, Any]) -> tuple[dict[str, Any] | None, str, str]:
     kind, name = refused.where.split()[:2]
     assert kind in ("flag", "segment"), str(refused)
     assert refused.construct, str(refused)
+    assert "expected shape" not in refused.construct, str(refused)  # a construct, named
     return None, kind, name
 
 

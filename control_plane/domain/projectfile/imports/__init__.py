@@ -10,10 +10,12 @@ import has every guarantee an apply has."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 Json = dict[str, Any]
+T = TypeVar("T")
 # ``control_plane.domain.validation.KEY_PATTERN`` (a test keeps them equal), not imported: the
 # CLI converts without loading the control plane's database layer.
 KEY_PATTERN = re.compile(r"^[a-z0-9_.\-]{1,128}$")
@@ -47,6 +49,19 @@ def check_key(what: str, key: Any, notes: list[str] | None = None) -> str:
             f"{what} {key!r}", "its key is not a Vane key (a-z, 0-9, '_', '.', '-', up to 128)"
         )
     return key
+
+
+MALFORMED = (TypeError, AttributeError, ValueError, KeyError, IndexError)
+"""What reading a part of another product's file in an unexpected shape raises: caught per flag
+(or segment) by ``guarded`` and refused naming it, never a traceback."""
+
+
+def guarded(where: str, convert: Callable[..., T], *args: Any) -> T:
+    """``convert(*args)``, a part of the file in an unexpected shape refused naming ``where``."""
+    try:
+        return convert(*args)
+    except MALFORMED as exc:
+        raise Refused(where, f"not in the expected shape ({type(exc).__name__}: {exc})") from exc
 
 
 def flag_type(values: list[Any]) -> str:

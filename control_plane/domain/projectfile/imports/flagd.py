@@ -21,6 +21,7 @@ from control_plane.domain.projectfile.imports import (
     check_key,
     document,
     flag_type,
+    guarded,
 )
 
 Clauses = list[Json]
@@ -48,9 +49,13 @@ def convert(data: Mapping[str, Any], environment: str) -> Converted:
         raise Refused("file", "not a flagd file: no 'flags' object")
     evaluators = data.get("$evaluators") or {}
     notes: list[str] = []
+    if not isinstance(evaluators, Mapping):
+        raise Refused("$evaluators", "not an object of names")
     flags = [
-        _flag(check_key("flag", key, notes), ld, environment, evaluators, notes)
-        for key, ld in sorted(data["flags"].items())
+        guarded(
+            f"flag {key}", _flag, check_key("flag", key, notes), ld, environment, evaluators, notes
+        )
+        for key, ld in sorted(data["flags"].items(), key=lambda item: str(item[0]))
     ]
     return Converted(document(flags, []), notes)
 

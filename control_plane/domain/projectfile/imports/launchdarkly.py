@@ -19,6 +19,7 @@ from control_plane.domain.projectfile.imports import (
     check_key,
     document,
     flag_type,
+    guarded,
 )
 from shared.engine.operators import OPERATORS
 
@@ -49,8 +50,11 @@ def convert(data: Mapping[str, Any], environment: str) -> Converted:
     notes: list[str] = []
     items = _items(data, "flags", "flag", notes)
     known = {key for key, _ in items}
-    flags = [_flag(key, ld, environment, known, notes) for key, ld in items]
-    segments = [_segment(key, ld, notes) for key, ld in _items(data, "segments", "segment", notes)]
+    flags = [guarded(f"flag {key}", _flag, key, ld, environment, known, notes) for key, ld in items]
+    segments = [
+        guarded(f"segment {key}", _segment, key, ld, notes)
+        for key, ld in _items(data, "segments", "segment", notes)
+    ]
     return Converted(document(flags, segments), notes)
 
 

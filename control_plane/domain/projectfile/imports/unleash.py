@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from control_plane.domain.projectfile.imports import Converted, Json, Refused, check_key, document
+from control_plane.domain.projectfile.imports import (
+    Converted,
+    Json,
+    Refused,
+    check_key,
+    document,
+    guarded,
+)
 
 OPERATORS = {
     "IN": ("in", False),
@@ -42,10 +49,35 @@ def convert(data: Mapping[str, Any], environment: str) -> Converted:
         raise Refused("file", "not an Unleash export: no 'features' list")
     notes: list[str] = []
     segments = {
-        s.get("id"): _segment(s, notes)
-        for s in data.get("segments") or []
-        if isinstance(s, Mapping)
+        s.get("id"): guarded(f"segment {s.get('name')}", _segment, s, notes)
+        for s in _objects(data.get("segments"))
     }
+    strategies, enabled = guarded("file", _by_feature, data, environment)
+    flags = [
+        guarded(
+            f"feature {feature.get('name') if isinstance(feature, Mapping) else feature!r}",
+            _flag,
+            feature,
+            environment,
+            strategies,
+            enabled,
+            segments,
+            notes,
+        )
+        for feature in data["features"]
+        if not isinstance(feature, Mapping) or not feature.get("archived")
+    ]
+    return Converted(document(flags, [s for s, _ in segments.values()]), notes)
+
+
+def _objects(found: Any) -> list[Mapping[str, Any]]:
+    return [s for s in found if isinstance(s, Mapping)] if isinstance(found, list) else []
+
+
+def _by_feature(
+    data: Mapping[str, Any], environment: str
+) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """The environment's strategies and state of each feature, by its name."""
     strategies: dict[str, list[Any]] = {}
     for strategy in data.get("featureStrategies") or []:
         if strategy.get("environment") == environment:
@@ -55,12 +87,7 @@ def convert(data: Mapping[str, Any], environment: str) -> Converted:
         for e in data.get("featureEnvironments") or []
         if e.get("environment") == environment
     }
-    flags = [
-        _flag(feature, environment, strategies, enabled, segments, notes)
-        for feature in data["features"]
-        if not feature.get("archived")
-    ]
-    return Converted(document(flags, [s for s, _ in segments.values()]), notes)
+    return strategies, enabled
 
 
 def _segment(ld: Mapping[str, Any], notes: list[str]) -> tuple[Json, str]:
