@@ -14,6 +14,7 @@ from openfeature.evaluation_context import EvaluationContext
 from control_plane.domain.projectfile.imports import flagd
 from tests.conftest import Api
 from tests.projectfile.conftest import export, ok
+from tests.projectfile.test_import_flagd import FLAGD
 
 CONTEXTS = 1000
 RULES: dict[str, list[dict[str, Any]]] = {
@@ -129,3 +130,29 @@ def test_exported_flags_evaluate_in_flagd_as_in_vane(api: Api) -> None:
         shares = [values.count(f"split-{i}") / len(values) for i in range(3)]
         for share, expected in zip(shares, (0.2, 0.3, 0.5), strict=True):
             assert abs(share - expected) < 0.05, (side, shares)
+
+
+def test_an_imported_flagd_file_evaluates_in_vane_as_in_flagd(api: Api) -> None:
+    """The other way: a flagd file (``$ref``, nested ``if``, ``and``, ``or``, both ``in``s,
+    comparisons, ``starts_with``, ``ends_with``, ``sem_ver``) imported, then the same contexts
+    evaluated by flagd and by Vane. The contexts carry ``age`` (the import lists that JsonLogic
+    compares a missing one as 0) and no ``tier`` (whose branch is a ``fractional``)."""
+    converted = flagd.convert(FLAGD, "production")
+    ok(api.post("/apply", {"document": converted.document, "fileName": "flags.json"}))
+    evaluator = FlagdCore()
+    evaluator.set_flags(FLAGD)
+    rng = random.Random(7)
+    served = set()
+    for context in contexts()[:300]:
+        context["age"] = rng.choice([10, 17, 18, 30, 65])
+        context["key"] = rng.choice([context["key"], "qa-7"])
+        attributes = {k: v for k, v in context.items() if k != "key"}
+        theirs = evaluator.resolve_string_value(
+            "banner",
+            "default",
+            EvaluationContext(targeting_key=context["key"], attributes=attributes),
+        )
+        vane = ok(api.post("/flags/banner/environments/production/evaluate", {"context": context}))
+        assert theirs.value == vane["value"], (context, theirs, vane)
+        served.add(vane["value"])
+    assert served == {"none", "red", "blue", "green"}  # every branch was taken
