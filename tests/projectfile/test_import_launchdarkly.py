@@ -19,7 +19,7 @@ from control_plane.settings import Settings
 from tests.conftest import Api, serve
 from tests.engine.ld_harness import Case, Unmappable, expand, json_equal, translate
 from tests.engine.test_ld_conformance import DEFAULT_DIR
-from tests.projectfile.conftest import export, flag_of, ok
+from tests.projectfile.conftest import apply, export, flag_of, ok
 
 FILES = sorted(DEFAULT_DIR.glob("*.yml"))
 
@@ -197,3 +197,48 @@ NOTHING_EXACT = {  # every flag of these files is one LaunchDarkly expects to fa
 
 def test_the_import_key_pattern_is_the_control_planes() -> None:
     assert IMPORT_KEY_PATTERN.pattern == KEY_PATTERN.pattern
+
+
+def test_the_rest_apis_flags_import_one_environment(api: Api) -> None:
+    """``GET /api/v2/flags/{project}``'s shape: variations as objects (their names kept), each
+    environment's setting under ``environments``; the one asked for is imported."""
+    items = [
+        {
+            "key": "checkout",
+            "name": "Checkout",
+            "tags": ["payments"],
+            "temporary": False,
+            "variations": [
+                {"_id": "a", "value": "classic", "name": "Classic"},
+                {"_id": "b", "value": "express", "name": "Express"},
+            ],
+            "environments": {
+                "production": {
+                    "on": True,
+                    "offVariation": 0,
+                    "fallthrough": {"variation": 0},
+                    "rules": [
+                        {
+                            "_id": "r1",
+                            "clauses": [{"attribute": "country", "op": "in", "values": ["NL"]}],
+                            "variation": 1,
+                        }
+                    ],
+                    "trackEvents": True,
+                    "_site": {"href": "/x"},
+                    "lastModified": 1,
+                },
+                "test": {"on": False, "offVariation": 1, "fallthrough": {"variation": 0}},
+            },
+        }
+    ]
+    converted = launchdarkly.convert({"items": items}, "production")
+    assert converted.notes == ["flag checkout: trackEvents (no Vane equivalent)"]
+    apply(api, converted.document)
+    context = {"key": "u1", "country": "NL"}
+    found = ok(api.post("/flags/checkout/environments/production/evaluate", {"context": context}))
+    assert (found["value"], found["variationName"]) == ("express", "Express")
+    flag = flag_of(export(api), "checkout")
+    assert (flag["name"], flag["tags"], flag["temporary"]) == ("Checkout", ["payments"], False)
+    missing = launchdarkly.convert({"items": items}, "qa")
+    assert missing.notes == ["flag checkout: no environment 'qa', not imported"]

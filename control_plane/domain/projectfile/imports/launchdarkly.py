@@ -28,7 +28,7 @@ KNOWN_FLAG_FIELDS = frozenset(
     {
         "key", "version", "deleted", "on", "variations", "offVariation", "fallthrough",
         "targets", "contextTargets", "rules", "prerequisites", "salt", "clientSide",
-        "clientSideAvailability", "name", "description", "tags", "temporary",
+        "clientSideAvailability", "name", "description", "tags", "temporary", "_names",
     }
 )  # fmt: skip
 NO_EQUIVALENT = (
@@ -48,6 +48,8 @@ def convert(data: Mapping[str, Any], environment: str) -> Converted:
     if not isinstance(data, Mapping):
         raise Refused("file", "not a JSON object with 'flags' and 'segments'")
     notes: list[str] = []
+    if isinstance(data.get("items"), list):  # the REST API's list of flags
+        data = {**data, "flags": guarded("items", _from_api, data["items"], environment, notes)}
     items = _items(data, "flags", "flag", notes)
     known = {key for key, _ in items}
     flags = [guarded(f"flag {key}", _flag, key, ld, environment, known, notes) for key, ld in items]
@@ -56,6 +58,29 @@ def convert(data: Mapping[str, Any], environment: str) -> Converted:
         for key, ld in _items(data, "segments", "segment", notes)
     ]
     return Converted(document(flags, segments), notes)
+
+
+BOOKKEEPING = frozenset({"lastModified", "version", "sel", "archived", "environmentName"})
+
+
+def _from_api(items: list[Any], environment: str, notes: list[str]) -> dict[str, Any]:
+    """``GET /api/v2/flags/{project}?env=…``'s flags in the relay's shape: the environment's
+    setting lifted to the flag, variations' values with their names kept aside."""
+    flags: dict[str, Any] = {}
+    for item in items:
+        setting = (item.get("environments") or {}).get(environment)
+        if setting is None:
+            notes.append(f"flag {item.get('key')}: no environment {environment!r}, not imported")
+            continue
+        variations = item.get("variations") or []
+        flags[item["key"]] = {
+            **{k: v for k, v in setting.items() if not k.startswith("_") and k not in BOOKKEEPING},
+            **{k: item[k] for k in ("name", "description", "tags", "temporary") if k in item},
+            "clientSideAvailability": item.get("clientSideAvailability") or {},
+            "variations": [v.get("value") for v in variations],
+            "_names": [v.get("name") for v in variations],
+        }
+    return flags
 
 
 def _items(
@@ -87,7 +112,7 @@ def _flag(
     key: str, ld: Mapping[str, Any], environment: str, known: set[str], notes: list[str]
 ) -> Json:
     where = f"flag {key}"
-    _unknown(where, ld, KNOWN_FLAG_FIELDS, notes)
+    _unknown(where, ld, KNOWN_FLAG_FIELDS | frozenset(NO_EQUIVALENT), notes)
     notes += [f"{where}: {name} (no Vane equivalent)" for name in NO_EQUIVALENT if ld.get(name)]
     if ld.get("salt"):
         notes.append(f"{where}: salt (Vane buckets with murmur3 by flag key, not SHA-1 and salt)")
@@ -107,7 +132,10 @@ def _flag(
         "temporary": bool(ld.get("temporary", True)),
         "tags": sorted(ld.get("tags") or []),
         "clientSide": bool(ld.get("clientSide") or available.get("usingEnvironmentId")),
-        "variations": [{"value": v, "idx": i} for i, v in enumerate(values)],
+        "variations": [
+            {"value": v, "idx": i, **({"name": n} if n else {})}
+            for i, (v, n) in enumerate(zip(values, ld.get("_names") or [None] * count, strict=True))
+        ],
         "environments": {environment: _setting(where, ld, count, known, notes)},
     }
 
