@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": (FLAGS_AS_CODE, "write the project as one document (YAML, or --json)"),
     "plan": (FLAGS_AS_CODE, "what applying a project document would change"),
     "apply": (FLAGS_AS_CODE, "apply a project document in one transaction"),
+    "import": (FLAGS_AS_CODE, "import a LaunchDarkly, flagd or Unleash flag file (plan, apply)"),
 }
 
 

@@ -12,11 +12,26 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+
+from control_plane.domain.projectfile.imports import (
+    Converted,
+    Refused,
+    flagd,
+    launchdarkly,
+    unleash,
+)
+
+CONVERTERS: dict[str, Callable[[Any, str], Converted]] = {
+    "launchdarkly": launchdarkly.convert,
+    "flagd": flagd.convert,
+    "unleash": unleash.convert,
+}
 
 NOTHING, CHANGES, ERROR = 0, 2, 1
 MAX_FILE_BYTES = 32 << 20  # the API's limit for a document
@@ -98,14 +113,20 @@ def render(plan: dict[str, Any]) -> str:
 
 def cmd_export(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        fmt = "json" if args.json else "yaml"
+        fmt = "json" if args.json or args.format == "flagd" else "yaml"
         response = client.get("/export", params={"format": fmt})
         _answer(response, as_json=False)
+    content = response.content
+    if args.format == "flagd":
+        converted = flagd.export(response.json(), args.env)
+        for note in converted.notes:
+            print(f"not exported: {note}", file=sys.stderr)
+        content = (json.dumps(converted.document, indent=2, ensure_ascii=False) + "\n").encode()
     if args.out:
-        Path(args.out).write_bytes(response.content)
+        Path(args.out).write_bytes(content)
         print(f"exported to {args.out}", file=sys.stderr)
     else:
-        sys.stdout.write(response.text)
+        sys.stdout.write(content.decode())
     return NOTHING
 
 
@@ -141,12 +162,60 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return NOTHING
 
 
+def convert(source: str, path: str, environment: str) -> Converted:
+    """The file at ``path``, written for ``source``, as a Vane document and its notes."""
+    data = read_document(path)
+    try:
+        return CONVERTERS[source](data, environment)
+    except Refused as exc:
+        raise Failed(f"{path} cannot be imported: {exc}") from exc
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    converted = convert(args.source, args.file, args.env)
+    for note in converted.notes:
+        print(f"not converted: {note}", file=sys.stderr)
+    with _client(args) as client:
+        found = _plan(client, converted.document, False)
+        if args.dry_run or not found["hasChanges"]:
+            return CHANGES if found["hasChanges"] else NOTHING
+        body = {
+            "document": converted.document,
+            "versions": found["versions"],
+            "fileName": Path(args.file).name,
+        }
+        done = _answer(client.post("/apply", json=body))
+    print(done["message"])
+    return NOTHING
+
+
+def _import_parser(sub: Any) -> None:
+    command = sub.add_parser(
+        "import", help="convert another product's flag file, plan it and apply it"
+    )
+    command.add_argument("file")
+    command.add_argument("--from", dest="source", choices=sorted(CONVERTERS), required=True)
+    command.add_argument(
+        "--env", default="production", help="the environment the file's settings go to"
+    )
+    command.add_argument(
+        "--dry-run", action="store_true", help="print the plan only (exit 0: nothing, 2: some)"
+    )
+    command.set_defaults(func=cmd_import)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vane")
     sub = parser.add_subparsers(dest="command", required=True)
     export = sub.add_parser("export", help="write the project as one document (YAML)")
     export.add_argument("--json", action="store_true", help="JSON instead of YAML")
     export.add_argument("--out", help="write to FILE (default: standard output)")
+    export.add_argument(
+        "--format", choices=("vane", "flagd"), default="vane", help="flagd: a flagd flag file"
+    )
+    export.add_argument(
+        "--env", default="production", help="with --format flagd: the environment exported"
+    )
     export.set_defaults(func=cmd_export)
     for name, func, summary in (
         ("plan", cmd_plan, "what applying FILE would change (exit 0: nothing, 2: something)"),
@@ -160,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="also archive flags and delete segments not in FILE",
         )
         command.set_defaults(func=func)
+    _import_parser(sub)
     for command in sub.choices.values():
         command.add_argument("--url", help="the control plane (default: $VANE_URL or :8000)")
         command.add_argument("--key", help="a management key (default: $VANE_API_KEY)")
