@@ -242,3 +242,48 @@ def test_the_rest_apis_flags_import_one_environment(api: Api) -> None:
     assert (flag["name"], flag["tags"], flag["temporary"]) == ("Checkout", ["payments"], False)
     missing = launchdarkly.convert({"items": items}, "qa")
     assert missing.notes == ["flag checkout: no environment 'qa', not imported"]
+
+
+def test_a_segments_contexts_of_other_kinds_are_imported(api: Api) -> None:
+    """LaunchDarkly's ``includedContexts``: user keys join ``included``, other kinds become the
+    segment's ``includedContexts`` (one entry a kind), and a rule on the segment matches an
+    organization in it."""
+    sdk = {
+        "flags": {
+            "beta": {
+                "key": "beta",
+                "on": True,
+                "variations": [False, True],
+                "offVariation": 0,
+                "fallthrough": {"variation": 0},
+                "rules": [
+                    {
+                        "clauses": [{"attribute": "", "op": "segmentMatch", "values": ["pilots"]}],
+                        "variation": 1,
+                    }
+                ],
+            }
+        },
+        "segments": {
+            "pilots": {
+                "key": "pilots",
+                "includedContexts": [
+                    {"contextKind": "org", "values": ["acme"]},
+                    {"contextKind": "user", "values": ["u1"]},
+                    {"contextKind": "org", "values": ["initech"]},
+                ],
+                "excludedContexts": [{"contextKind": "org", "values": ["globex"]}],
+            }
+        },
+    }
+    converted = launchdarkly.convert(sdk, "production")
+    apply(api, converted.document)
+    pilots = ok(api.get("/segments/pilots"))
+    assert pilots["included"] == ["u1"]
+    assert pilots["includedContexts"] == [{"contextKind": "org", "values": ["acme", "initech"]}]
+    assert pilots["excludedContexts"] == [{"contextKind": "org", "values": ["globex"]}]
+    evaluate = "/flags/beta/environments/production/evaluate"
+    acme = {"kind": "multi", "user": {"key": "u9"}, "org": {"key": "acme"}}
+    assert ok(api.post(evaluate, {"context": acme}))["value"] is True
+    globex = {"kind": "multi", "user": {"key": "u9"}, "org": {"key": "globex"}}
+    assert ok(api.post(evaluate, {"context": globex}))["value"] is False

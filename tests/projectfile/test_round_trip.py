@@ -145,3 +145,23 @@ def test_values_are_kept_exactly_nulls_inside_them_too(seeded: Api) -> None:
     ]
     apply(seeded, changed)
     assert export(seeded) == changed
+
+
+def test_a_segments_contexts_of_other_kinds_round_trip(seeded: Api) -> None:
+    """A segment's keys of other context kinds are in the document: exported, planned field by
+    field and applied like the rest (an export that left them out would lose them to git)."""
+    orgs = [{"contextKind": "org", "values": ["acme"]}]
+    ok(seeded.patch("/segments/beta", {"includedContexts": orgs}))
+    document = export(seeded)
+    beta = next(x for x in document["segments"] if x["key"] == "beta")
+    assert beta["includedContexts"] == orgs
+    assert plan(seeded, document)["hasChanges"] is False
+    beta["excludedContexts"] = [{"contextKind": "org", "values": ["globex"]}]
+    found = plan(seeded, document)
+    (change,) = found["changes"]
+    assert (change["kind"], change["key"], change["action"]) == ("segment", "beta", "update")
+    assert [c["path"] for c in change["changes"]] == ["excludedContexts"]
+    apply(seeded, document, versions=found["versions"])
+    live = ok(seeded.get("/segments/beta"))
+    assert live["excludedContexts"] == [{"contextKind": "org", "values": ["globex"]}]
+    assert export(seeded) == document

@@ -22,7 +22,7 @@ from control_plane.domain.flags.schemas import (
 from control_plane.domain.flags.services import rules_out
 from control_plane.domain.metrics.services import metric_out
 from control_plane.domain.projectfile import schemas as s
-from control_plane.domain.segments.schemas import SegmentRuleIn
+from control_plane.domain.segments.schemas import ContextKeysIn, SegmentRuleIn
 from control_plane.domain.segments.services import segment_out
 from control_plane.domain.targeting.schemas import serve_out
 
@@ -132,6 +132,8 @@ def _segment(row: Segment) -> s.SegmentDoc:
         description=row.description,
         included=list(row.included),
         excluded=list(row.excluded),
+        included_contexts=[as_input(c, ContextKeysIn) for c in out.included_contexts],
+        excluded_contexts=[as_input(c, ContextKeysIn) for c in out.excluded_contexts],
         rules=[as_input(r, SegmentRuleIn) for r in out.rules],
     )
 

@@ -20,7 +20,7 @@ from control_plane.domain.flags.schemas import (
 )
 from control_plane.domain.metrics.schemas import MetricCreate
 from control_plane.domain.schemas import ApiIn, ApiOut
-from control_plane.domain.segments.schemas import SegmentRuleIn
+from control_plane.domain.segments.schemas import ContextKeysIn, SegmentRuleIn
 
 FORMAT: Literal[1] = 1
 
@@ -69,6 +69,8 @@ class SegmentDoc(ApiIn):
     description: str = ""
     included: list[str] = msgspec.field(default_factory=list)
     excluded: list[str] = msgspec.field(default_factory=list)
+    included_contexts: list[ContextKeysIn] = msgspec.field(default_factory=list)  # other kinds
+    excluded_contexts: list[ContextKeysIn] = msgspec.field(default_factory=list)
     rules: list[SegmentRuleIn] = msgspec.field(default_factory=list)
 
 

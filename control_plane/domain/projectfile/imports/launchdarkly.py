@@ -297,20 +297,26 @@ def _segment(key: str, ld: Mapping[str, Any], notes: list[str]) -> Json:
         notes.append(f"{where}: salt (Vane buckets with murmur3)")
     included = list(ld.get("included") or [])
     excluded = list(ld.get("excluded") or [])
+    others: dict[str, dict[str, list[str]]] = {"includedContexts": {}, "excludedContexts": {}}
     for field, keys in (("includedContexts", included), ("excludedContexts", excluded)):
         for entry in ld.get(field) or []:
-            if (entry.get("contextKind") or "user") != "user":
-                raise Refused(
-                    where,
-                    f"{field} of kind {entry.get('contextKind')!r} (Vane's segments list user keys)",
-                )
-            keys += list(entry.get("values") or [])
+            kind = entry.get("contextKind") or "user"
+            values = list(entry.get("values") or [])
+            if kind == "user":
+                keys += values
+            else:  # one entry a kind, as Vane's segments take them
+                others[field].setdefault(kind, []).extend(values)
     return {
         "key": key,
         "name": ld.get("name") or key,
         "description": ld.get("description") or "",
         "included": included,
         "excluded": excluded,
+        **{
+            field: [{"contextKind": kind, "values": values} for kind, values in kinds.items()]
+            for field, kinds in others.items()
+            if kinds
+        },
         "rules": [
             _segment_rule(f"{where} rules[{i}]", r) for i, r in enumerate(ld.get("rules") or [])
         ],
