@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from control_plane.domain.projectfile.imports import flag_type
 from shared.wire.snapshot import (
     Clause,
     ContextKeys,
@@ -197,16 +198,6 @@ def _is_rollout(ld: Mapping[str, Any] | None) -> bool:
     return isinstance(ld, Mapping) and "variation" not in ld and ld.get("rollout") is not None
 
 
-def _type(values: list[Any]) -> str:
-    if values and all(isinstance(v, bool) for v in values):
-        return "boolean"
-    if values and all(isinstance(v, str) for v in values):
-        return "string"
-    if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        return "number"
-    return "json"
-
-
 def _targets(ld: Mapping[str, Any]) -> list[Target]:
     """The individual targets in LD's order, each with its kind."""
     user_targets = ld.get("targets") or []
@@ -248,7 +239,7 @@ def translate_flag(key: str, ld: Mapping[str, Any]) -> FlagSnapshot:
     return FlagSnapshot(
         key=key,
         version=1,
-        type=_type(variations),
+        type=flag_type(variations),
         variations=tuple(Variation(i, v) for i, v in enumerate(variations)),
         enabled=on,
         off_variation=off,
