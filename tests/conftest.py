@@ -52,7 +52,14 @@ def require_redis() -> None:
 
 
 class PostgresDatabases:
-    """Fresh databases cloned from one migrated template (CREATE DATABASE … TEMPLATE …)."""
+    """Migrated databases for tests, each as the template left it (CREATE DATABASE … TEMPLATE …).
+
+    A database a test is done with is emptied and handed to the next test of this worker
+    (``reuse``) instead of dropped and cloned again: emptying is milliseconds, a clone and a drop
+    a quarter of a second. Emptied means as the template was: every other connection to it
+    ended, every table's rows deleted and the template's own (``alembic_version``, the
+    deployment, the first ingest generation) copied back, every sequence where the template's
+    stood. A database whose schema a test changed (a migration test) is dropped instead."""
 
     def __init__(self, admin_url: str) -> None:
         import psycopg
@@ -67,21 +74,99 @@ class PostgresDatabases:
         self.template = f"{self.prefix}_tpl"
         self._counter = itertools.count()
         self._created: list[str] = []
+        self._free: list[str] = []
         with self._connect() as conn:
             conn.execute(f'CREATE DATABASE "{self.template}"')
         self._created.append(self.template)
         migrate.upgrade(self.url_of(self.template))
+        self._state = self._read_state(self.url_of(self.template))
 
     def url_of(self, name: str) -> str:
         base, _, _ = self.admin_url.rpartition("/")
         return f"{base}/{name}"
 
+    @staticmethod
+    def _read_state(url: str) -> tuple[str, list[str], dict[str, list[tuple[Any, ...]]], list[str]]:
+        """The template's schema (a digest), tables, rows of the tables that have any, and the
+        statements that put its sequences back."""
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            schema = PostgresDatabases._schema(conn)
+            tables = [
+                str(row[0])
+                for row in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1"
+                )
+            ]
+            rows = {
+                table: found
+                for table in tables
+                if (found := conn.execute(f'SELECT * FROM "{table}"').fetchall())
+            }
+            sequences = []
+            for (name,) in conn.execute(
+                "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'"
+            ).fetchall():
+                last, called = conn.execute(
+                    f'SELECT last_value, is_called FROM "{name}"'
+                ).fetchone() or (1, False)
+                sequences.append(f"SELECT setval('\"{name}\"', {last}, {called})")
+        return schema, tables, rows, sequences
+
+    @staticmethod
+    def _schema(conn: Any) -> str:
+        row = conn.execute(
+            """SELECT md5(coalesce(string_agg(x, ',' ORDER BY x), '')) FROM (
+                 SELECT table_name || '.' || column_name || ':' || data_type AS x
+                   FROM information_schema.columns WHERE table_schema = 'public'
+                 UNION ALL SELECT indexname FROM pg_indexes WHERE schemaname = 'public'
+                 UNION ALL SELECT 'v' || version_num FROM alembic_version) AS parts"""
+        ).fetchone()
+        return str(row[0])
+
     def new(self) -> str:
+        if self._free:
+            return self.url_of(self._free.pop())
         name = f"{self.prefix}_{next(self._counter)}"
         with self._connect() as conn:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
         self._created.append(name)
         return self.url_of(name)
+
+    def reuse(self, url: str) -> None:
+        """Empty the database at ``url`` for the next test, or drop it if it cannot be."""
+        name = url.rpartition("/")[2]
+        try:
+            self._empty(name)
+        except Exception:
+            self.drop(url)
+            return
+        self._free.append(name)
+
+    def _empty(self, name: str) -> None:
+        import psycopg
+
+        schema, tables, rows, sequences = self._state
+        with self._connect() as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+        with psycopg.connect(self.url_of(name)) as conn:
+            conn.execute("SET lock_timeout = '5s'")
+            if self._schema(conn) != schema:
+                raise RuntimeError(f"{name}: the test changed its schema")
+            conn.execute("SET session_replication_role = replica")  # no triggers, no FK checks
+            for table in tables:
+                conn.execute(f'DELETE FROM "{table}"')
+            with conn.cursor() as cursor:
+                for table, found in rows.items():
+                    marks = ", ".join(["%s"] * len(found[0]))
+                    cursor.executemany(f'INSERT INTO "{table}" VALUES ({marks})', found)
+            for statement in sequences:
+                conn.execute(statement)
 
     def drop(self, url: str) -> None:
         name = url.rpartition("/")[2]
@@ -160,7 +245,8 @@ def postgres_databases() -> Iterator[PostgresDatabases | None]:
 
 @contextmanager
 def fresh_postgres(databases: PostgresDatabases | None) -> Iterator[str]:
-    """A new migrated PostgreSQL database, dropped afterwards (skip, or fail under CI, without)."""
+    """A migrated PostgreSQL database as the template left it, emptied for the next test
+    afterwards (skip, or fail under CI, without)."""
     if databases is None:
         unavailable(f"PostgreSQL at {POSTGRES_URL}")
     assert databases is not None
@@ -168,7 +254,7 @@ def fresh_postgres(databases: PostgresDatabases | None) -> Iterator[str]:
     try:
         yield url
     finally:
-        databases.drop(url)
+        databases.reuse(url)
 
 
 @pytest.fixture(scope="session")
