@@ -1,21 +1,29 @@
 """Vane's flags exported as a flagd file and evaluated by flagd's own evaluator
 (``openfeature-flagd-core``, the in-process resolver's core) for the same 1,000 generated
 contexts (issue #36): the same variant for every flag whose conversion is exact; a rollout
-(``fractional``) compared by share, since the products bucket differently."""
+(``fractional``) compared by share, since the products bucket differently.
+
+Vane's side is what a backend is served: a control plane and a relay started as ``vane`` starts
+them (one pair for the module), every flag evaluated per context in one OFREP bulk request."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from openfeature.contrib.tools.flagd.core import FlagdCore
 from openfeature.evaluation_context import EvaluationContext
 
 from control_plane.domain.projectfile.imports import flagd
-from tests.conftest import Api
-from tests.projectfile.conftest import export, ok
+from tests.e2e.test_relays import ControlPlane, Relay, eventually, start_control_plane, start_relay
+from tests.projectfile.conftest import ok
 from tests.projectfile.test_import_flagd import FLAGD
+
+pytestmark = pytest.mark.e2e
 
 CONTEXTS = 1000
 RULES: dict[str, list[dict[str, Any]]] = {
@@ -60,30 +68,80 @@ RULES: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def seed(api: Api) -> None:
+class Vane:
+    """A control plane and a relay: the API to write with, the relay to evaluate on."""
+
+    def __init__(self, cp: ControlPlane, relay: Relay) -> None:
+        self.cp = cp
+        self.relay = relay
+        self.http = httpx.Client(
+            base_url=relay.url,
+            headers={"Authorization": f"Bearer {cp.keys['server']}"},  # production's
+            timeout=10,
+        )
+
+    def call(self, method: str, path: str, body: Any = None, status: int = 200) -> Any:
+        return ok(self.cp.api(method, path, body), status)
+
+    def current(self) -> None:
+        """Wait until the relay holds what was written."""
+        [production] = [
+            e for e in self.call("GET", "/environments")["environments"] if e["key"] == "production"
+        ]
+        eventually(
+            lambda: (
+                self.relay.readyz()["environments"].get("production", {}).get("version", -1)
+                >= production["snapshotVersion"]
+            ),
+            what="the relay caught up",
+        )
+
+    def served(self, context: dict[str, Any]) -> dict[str, Any]:
+        """Every flag's value for ``context`` (Vane's shape: ``key`` is the targeting key)."""
+        body = {"context": {"targetingKey": context["key"], **context}}
+        answer = self.http.post("/ofrep/v1/evaluate/flags", json=body)
+        assert answer.status_code == 200, answer.text
+        return {f["key"]: f.get("value") for f in answer.json()["flags"]}
+
+
+@pytest.fixture(scope="module")
+def vane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vane]:
+    path: Path = tmp_path_factory.mktemp("flagd-cross-check")
+    cp = start_control_plane(f"sqlite:///{path / 'vane.db'}", path)
+    relay = start_relay(cp.url, cp.keys["relay"], path / "relay")
+    pair = Vane(cp, relay)
+    try:
+        yield pair
+    finally:
+        pair.http.close()
+        relay.process.stop()
+        cp.process.stop()
+
+
+def seed(vane: Vane) -> None:
     for key in ("plans", "ages", "versions", "split", "dormant"):
         variations = [{"value": f"{key}-{i}", "name": f"v{i}"} for i in range(3)]
-        ok(api.post("/flags", {"key": key, "type": "string", "variations": variations}), 201)
+        vane.call("POST", "/flags", {"key": key, "type": "string", "variations": variations}, 201)
     for key, rules in RULES.items():
-        ok(
-            api.put(
-                f"/flags/{key}/environments/production",
-                {
-                    "enabled": True,
-                    "fallthrough": {"variation": 0},
-                    "targets": [{"variation": 2, "values": ["vip-1", "vip-2"]}],
-                },
-            )
+        vane.call(
+            "PUT",
+            f"/flags/{key}/environments/production",
+            {
+                "enabled": True,
+                "fallthrough": {"variation": 0},
+                "targets": [{"variation": 2, "values": ["vip-1", "vip-2"]}],
+            },
         )
-        ok(api.put(f"/flags/{key}/environments/production/rules", {"rules": rules}))
+        vane.call("PUT", f"/flags/{key}/environments/production/rules", {"rules": rules})
     rollout = [{"idx": 0, "weight": 20}, {"idx": 1, "weight": 30}, {"idx": 2, "weight": 50}]
-    ok(
-        api.put(
-            "/flags/split/environments/production",
-            {"enabled": True, "fallthrough": {"rollout": rollout}},
-        )
+    vane.call(
+        "PUT",
+        "/flags/split/environments/production",
+        {"enabled": True, "fallthrough": {"rollout": rollout}},
     )
-    ok(api.put("/flags/dormant/environments/production", {"enabled": False, "offVariation": 1}))
+    vane.call(
+        "PUT", "/flags/dormant/environments/production", {"enabled": False, "offVariation": 1}
+    )
 
 
 def contexts() -> list[dict[str, Any]]:
@@ -105,11 +163,10 @@ def contexts() -> list[dict[str, Any]]:
     return made
 
 
-# the conversion is the same on either database: the thousand evaluations run once, on SQLite
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_exported_flags_evaluate_in_flagd_as_in_vane(api: Api) -> None:
-    seed(api)
-    exported = flagd.export(export(api), "production")
+def test_exported_flags_evaluate_in_flagd_as_in_vane(vane: Vane) -> None:
+    seed(vane)
+    vane.current()
+    exported = flagd.export(vane.call("GET", "/export"), "production")
     assert exported.notes == []
     evaluator = FlagdCore()
     evaluator.set_flags(exported.document)
@@ -117,16 +174,14 @@ def test_exported_flags_evaluate_in_flagd_as_in_vane(api: Api) -> None:
     for context in contexts():
         attributes = {k: v for k, v in context.items() if k != "key"}
         flagd_context = EvaluationContext(targeting_key=context["key"], attributes=attributes)
+        served = vane.served(context)
         for key in ("plans", "ages", "versions", "dormant", "split"):
-            vane = ok(
-                api.post(f"/flags/{key}/environments/production/evaluate", {"context": context})
-            )
             theirs = evaluator.resolve_string_value(key, "default", flagd_context)
             if key == "split":
-                split["vane"][context["key"]] = vane["value"]
+                split["vane"][context["key"]] = served[key]
                 split["flagd"][context["key"]] = theirs.value
                 continue
-            assert theirs.value == vane["value"], (key, context, theirs, vane["reason"])
+            assert theirs.value == served[key], (key, context, theirs, served)
     for side, by_key in split.items():
         values = list(by_key.values())
         assert len(values) > 600  # the distinct keys among the contexts
@@ -135,13 +190,14 @@ def test_exported_flags_evaluate_in_flagd_as_in_vane(api: Api) -> None:
             assert abs(share - expected) < 0.05, (side, shares)
 
 
-def test_an_imported_flagd_file_evaluates_in_vane_as_in_flagd(api: Api) -> None:
+def test_an_imported_flagd_file_evaluates_in_vane_as_in_flagd(vane: Vane) -> None:
     """The other way: a flagd file (``$ref``, nested ``if``, ``and``, ``or``, both ``in``s,
     comparisons, ``starts_with``, ``ends_with``, ``sem_ver``) imported, then the same contexts
     evaluated by flagd and by Vane. The contexts carry ``age`` (the import lists that JsonLogic
     compares a missing one as 0) and no ``tier`` (whose branch is a ``fractional``)."""
     converted = flagd.convert(FLAGD, "production")
-    ok(api.post("/apply", {"document": converted.document, "fileName": "flags.json"}))
+    vane.call("POST", "/apply", {"document": converted.document, "fileName": "flags.json"})
+    vane.current()
     evaluator = FlagdCore()
     evaluator.set_flags(FLAGD)
     rng = random.Random(7)
@@ -155,7 +211,7 @@ def test_an_imported_flagd_file_evaluates_in_vane_as_in_flagd(api: Api) -> None:
             "default",
             EvaluationContext(targeting_key=context["key"], attributes=attributes),
         )
-        vane = ok(api.post("/flags/banner/environments/production/evaluate", {"context": context}))
-        assert theirs.value == vane["value"], (context, theirs, vane)
-        served.add(vane["value"])
+        value = vane.served(context)["banner"]
+        assert theirs.value == value, (context, theirs, value)
+        served.add(value)
     assert served == {"none", "red", "blue", "green"}  # every branch was taken
