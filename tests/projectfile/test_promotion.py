@@ -26,7 +26,9 @@ def setting(enabled: bool, variation: int, rules: list[Any] | None = None) -> di
     }
 
 
-def flag(key: str, *, archived: bool = False, envs: tuple[str, ...] = ("dev", "prod", "stg")) -> Any:
+def flag(
+    key: str, *, archived: bool = False, envs: tuple[str, ...] = ("dev", "prod", "stg")
+) -> Any:
     return {
         "key": key,
         "name": key.title(),
