@@ -25,8 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "users": (CONTROL_PLANE, "people who sign in"),
     "code-refs": (CONTROL_PLANE, "flag references in code"),
     "export": (FLAGS_AS_CODE, "write the project as one document (YAML, or --json)"),
-    "plan": (FLAGS_AS_CODE, "what applying a project document would change"),
-    "apply": (FLAGS_AS_CODE, "apply a project document in one transaction"),
+    "plan": (FLAGS_AS_CODE, "what applying a project document (or a promotion) would change"),
+    "apply": (FLAGS_AS_CODE, "apply a project document (or a promotion) in one transaction"),
     "import": (FLAGS_AS_CODE, "import a LaunchDarkly, flagd or Unleash flag file (plan, apply)"),
 }
 

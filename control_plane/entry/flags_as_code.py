@@ -4,7 +4,10 @@ The commands talk to a control plane's ``/api/v1/export``, ``/plan`` and ``/appl
 or ``$VANE_URL``, a management key in ``--key`` or ``$VANE_API_KEY``), as a CI job or a
 Terraform provider would. ``plan`` exits 0 when nothing would change, 2 when something would,
 1 on an error (as ``terraform plan -detailed-exitcode``); ``apply`` plans, prints the plan,
-then applies it with the versions the plan read, so a change made meanwhile is refused."""
+then applies it with the versions the plan read, so a change made meanwhile is refused.
+With ``--from-env A --to-env B`` instead of FILE they promote: the project is exported, the
+chosen flags' settings in A are copied to B (``domain.projectfile.promotion``), and that document
+is planned and applied as a file would be."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from control_plane.domain.projectfile.imports import (
     launchdarkly,
     unleash,
 )
+from control_plane.domain.projectfile.promotion import PromotionRefused, promote
 
 CONVERTERS: dict[str, Callable[[Any, str], Converted]] = {
     "launchdarkly": launchdarkly.convert,
@@ -138,16 +142,47 @@ def _plan(client: httpx.Client, document: Any, prune: bool) -> dict[str, Any]:
     return found
 
 
+def promoted(client: httpx.Client, args: argparse.Namespace) -> dict[str, Any]:
+    """The document promoting ``--flag``s (every flag not archived by default) from
+    ``--from-env`` to ``--to-env``: from this project's export, or from ``--from-file`` (an
+    export of another instance) with the target checked against this project's
+    environments."""
+    live = _answer(client.get("/export", params={"format": "json"}))
+    source = live
+    if args.from_file is not None:
+        source = read_document(args.from_file)
+        if not isinstance(source, dict):
+            raise Failed(f"{args.from_file} is not a project document (an object)")
+    targets = [str(e["key"]) for e in live.get("environments", [])]
+    try:
+        document = promote(source, args.from_env, args.to_env, args.flag, targets=targets)
+    except PromotionRefused as exc:
+        raise Failed(f"cannot promote: {exc}") from exc
+    count = len(document["flags"])
+    print(f"promoting {count} flag(s) from {args.from_env} to {args.to_env}", file=sys.stderr)
+    return document
+
+
+def _document(client: httpx.Client, args: argparse.Namespace) -> tuple[Any, str]:
+    """The document to plan or apply, and its name in the audit."""
+    if args.file is not None:
+        return read_document(args.file), Path(args.file).name
+    name = f"promotion {args.from_env} -> {args.to_env}"
+    if args.from_file is not None:
+        name += f" (from {Path(args.from_file).name})"
+    return promoted(client, args), name
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    document = read_document(args.file)
     with _client(args) as client:
+        document, _ = _document(client, args)
         found = _plan(client, document, args.prune)
     return CHANGES if found["hasChanges"] else NOTHING
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    document = read_document(args.file)
     with _client(args) as client:
+        document, name = _document(client, args)
         found = _plan(client, document, args.prune)
         if not found["hasChanges"]:
             return NOTHING
@@ -155,7 +190,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             "document": document,
             "prune": args.prune,
             "versions": found["versions"],
-            "fileName": Path(args.file).name,
+            "fileName": name,
         }
         done = _answer(client.post("/apply", json=body))
     print(done["message"])
@@ -204,6 +239,45 @@ def _import_parser(sub: Any) -> None:
     command.set_defaults(func=cmd_import)
 
 
+def _promotion_arguments(command: argparse.ArgumentParser) -> None:
+    group = command.add_argument_group(
+        "promotion", "instead of FILE: copy flags' settings from one environment to another"
+    )
+    group.add_argument("--from-env", metavar="ENV", help="the environment copied from")
+    group.add_argument("--to-env", metavar="ENV", help="the environment copied to")
+    group.add_argument(
+        "--flag",
+        action="append",
+        metavar="KEY",
+        help="a flag to promote (repeat for more; default: every flag not archived)",
+    )
+    group.add_argument(
+        "--from-file",
+        metavar="EXPORT",
+        help="copy from this export (of another instance) instead of this project's",
+    )
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Exactly one of FILE or the pair ``--from-env``/``--to-env``; the promotion's other
+    options only with the pair, and never ``--prune`` (it would archive every flag not
+    promoted)."""
+    if not hasattr(args, "from_env"):
+        return
+    parser: argparse.ArgumentParser = args.parser
+    pair = (args.from_env is not None, args.to_env is not None)
+    if pair[0] != pair[1]:
+        parser.error("--from-env and --to-env go together")
+    if args.file is not None and pair[0]:
+        parser.error("give FILE or --from-env/--to-env, not both")
+    if args.file is None and not pair[0]:
+        parser.error("give FILE, or --from-env and --to-env to promote")
+    if not pair[0] and (args.flag is not None or args.from_file is not None):
+        parser.error("--flag and --from-file go with --from-env/--to-env")
+    if pair[0] and args.prune:
+        parser.error("--prune does not go with --from-env/--to-env")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vane")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -222,13 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("apply", cmd_apply, "apply FILE in one transaction, after showing its plan"),
     ):
         command = sub.add_parser(name, help=summary)
-        command.add_argument("file")
+        command.add_argument("file", nargs="?", help="the document (or --from-env/--to-env)")
         command.add_argument(
             "--prune",
             action="store_true",
             help="also archive flags and delete segments not in FILE",
         )
-        command.set_defaults(func=func)
+        _promotion_arguments(command)
+        command.set_defaults(func=func, parser=command)
     _import_parser(sub)
     for command in sub.choices.values():
         command.add_argument("--url", help="the control plane (default: $VANE_URL or :8000)")
@@ -238,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    check_arguments(args)
     try:
         return int(args.func(args))
     except Failed as exc:
