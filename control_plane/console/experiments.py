@@ -22,6 +22,7 @@ from control_plane.console.web import (
     writing,
 )
 from control_plane.domain.common import Scope
+from control_plane.domain.experiments import results as experiment_results
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments import services
 from control_plane.domain.metrics import services as metrics
@@ -115,7 +116,7 @@ class ExperimentPages(ListPage):
         split_error = None
         async with reading(request, who) as scope:
             try:
-                found = await services.with_results(
+                found = await experiment_results.with_results(
                     scope,
                     key,
                     dimension=split.get("dimension"),
@@ -128,7 +129,7 @@ class ExperimentPages(ListPage):
                 # the split the API refused (its message, beside the form), the totals all the same
                 split_error, status = exc, exc.status
                 try:
-                    found = await services.with_results(scope, key)
+                    found = await experiment_results.with_results(scope, key)
                 except ApiError as again:
                     return error_page(request, who, again, key)
             defined = (
@@ -164,7 +165,7 @@ class ExperimentPages(ListPage):
         results come as fast as the API's and the series, computed apart, follows."""
         async with reading(request, who) as scope:
             try:
-                series = await services.timeseries(scope, key, None)
+                series = await experiment_results.timeseries(scope, key, None)
             except ApiError as exc:
                 return error_page(request, who, exc, key)
         template = "_daily.html" if request.headers.get(FRAGMENT) else "experiment_daily.html"

@@ -9,8 +9,9 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import ALSO_KEYS, KeyKind, Principal, requires
 from control_plane.deps import UNSERIALISED, Ctx, IfMatch
+from control_plane.domain.experiments import power as planning
+from control_plane.domain.experiments import results, services
 from control_plane.domain.experiments import schemas as s
-from control_plane.domain.experiments import services
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.errors import ApiError, StrictBody
 
@@ -61,7 +62,7 @@ class ExperimentController(Controller):
         summary="Units per variant to detect a relative effect (plan before starting)",
     )
     async def power(self, data: JSONBody[s.PowerIn]) -> s.PowerOut:
-        return services.plan(data)
+        return planning.plan(data)
 
     @get(
         "/{id_or_key:str}",
@@ -87,7 +88,7 @@ class ExperimentController(Controller):
         top: FromQuery[int | None] = None,
         min_units: Annotated[int | None, QueryParameter(name="minUnits")] = None,
     ) -> s.ExperimentWithResults:
-        return await services.with_results(
+        return await results.with_results(
             ctx, id_or_key, mde, dimension=dimension, top=top, min_units=min_units
         )
 
@@ -108,7 +109,7 @@ class ExperimentController(Controller):
         slice_: Annotated[str | None, QueryParameter(name="slice")] = None,
         top: FromQuery[int | None] = None,
     ) -> s.Timeseries:
-        return await services.timeseries(
+        return await results.timeseries(
             ctx, id_or_key, metric, dimension=dimension, value=value, which=slice_, top=top
         )
 
