@@ -48,8 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args else None
     if command not in COMMANDS:
-        overview().parse_args(args)  # prints the usage and exits (2, or 0 for --help)
-        return 2
+        try:
+            overview().parse_args(args)  # prints the usage (or the help) and exits
+        except SystemExit as exc:
+            # a usage error exits 1, not argparse's 2: 2 is ``vane plan``'s "something would
+            # change", and ``vane plann FILE || [ $? -eq 2 ]`` must not pass a CI job
+            return 1 if exc.code == 2 else int(exc.code or 0)
+        return 1
     side = importlib.import_module(COMMANDS[command][0])
     return int(side.main(args))
 

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import yaml
@@ -51,6 +51,15 @@ SIGNS = {
 
 class Failed(Exception):
     """A problem to print, and exit 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors exit 1, not argparse's 2: 2 is ``plan``'s "something would change", so a CI
+    job gating on it (``vane plan FILE || [ $? -eq 2 ]``) would pass a mistyped command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ERROR, f"{self.prog}: error: {message}\n")
 
 
 def _client(args: argparse.Namespace) -> httpx.Client:
@@ -279,7 +288,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vane")
+    parser = Parser(prog="vane")
     sub = parser.add_subparsers(dest="command", required=True)
     export = sub.add_parser("export", help="write the project as one document (YAML)")
     export.add_argument("--json", action="store_true", help="JSON instead of YAML")

@@ -13,6 +13,7 @@ from control_plane.domain.projectfile.promotion import PromotionRefused, promote
 from control_plane.entry.flags_as_code import build_parser, check_arguments
 from tests.conftest import Api
 from tests.projectfile.conftest import apply, export, flag_of, ok, plan
+from vane import cli
 
 
 def setting(enabled: bool, variation: int, rules: list[Any] | None = None) -> dict[str, Any]:
@@ -130,10 +131,31 @@ def test_a_flag_without_a_setting_in_the_source_is_refused() -> None:
 def test_the_command_takes_a_file_or_the_pair(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exited:
         check_arguments(build_parser().parse_args(argv))
     assert message in capsys.readouterr().err
+    assert exited.value.code == 1  # not 2, which is plan's "something would change"
     check_arguments(build_parser().parse_args(["plan", "--from-env", "a", "--to-env", "b"]))
+
+
+@pytest.mark.parametrize(
+    "argv", [["plan", "a.yaml", "--prunee"], ["plann", "a.yaml"], ["apply"], ["plan", "--key"]]
+)
+def test_a_mistyped_command_exits_1_not_plans_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CI job gating on ``vane plan FILE || [ $? -eq 2 ]`` must not pass a typo."""
+    with pytest.raises(SystemExit) as exited:
+        check_arguments(build_parser().parse_args(argv))
+    assert exited.value.code == 1
+    assert "error:" in capsys.readouterr().err
+
+
+def test_a_mistyped_command_name_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["plann", "a.yaml"]) == 1
+    assert "invalid choice: 'plann'" in capsys.readouterr().err
+    assert cli.main([]) == 1
+    assert cli.main(["--help"]) == 0
 
 
 def test_a_promotion_plans_as_the_targets_change_and_applies(seeded: Api) -> None:
