@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from functools import cache
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from control_plane.db.engine import make_sync_engine
 
@@ -23,11 +25,24 @@ def _config() -> Config:
     return config
 
 
+@cache
+def _head() -> str | None:
+    """The newest revision of the migrations shipped (read once: loading them is most of an
+    upgrade that finds nothing to do)."""
+    return ScriptDirectory.from_config(_config()).get_current_head()
+
+
 def upgrade(database_url: str, revision: str = "head") -> tuple[str | None, str | None]:
-    """Migrate to ``revision``; returns (revision before, revision after)."""
+    """Migrate to ``revision``; returns (revision before, revision after). A database already at
+    the head is left alone without loading the migrations (every start of a control plane)."""
     engine = make_sync_engine(database_url)
     config = _config()
     try:
+        if revision == "head":
+            with engine.connect() as connection:
+                current = MigrationContext.configure(connection).get_current_revision()
+            if current is not None and current == _head():
+                return current, current
         with engine.begin() as connection:
             if connection.dialect.name == "postgresql":
                 # Replicas starting together migrate one at a time.
