@@ -211,6 +211,105 @@ async def compile_environment(
     )
 
 
+def _next_flags(
+    before: w.Snapshot, fresh: dict[str, w.FlagSnapshot], named: Collection[str]
+) -> tuple[dict[str, w.FlagSnapshot], dict[str, w.FlagSnapshot], list[str]]:
+    """The flags after a commit that wrote the ``named`` ones (``fresh``: those still live):
+    all of them, those that changed, and those removed (archived or deleted)."""
+    removed = sorted(key for key in named if key not in fresh and key in before.flags)
+    changed = {k: f for k, f in fresh.items() if before.flags.get(k) != f}
+    if not changed and not removed:
+        return before.flags, changed, removed
+    flags = dict(before.flags)
+    for key in removed:
+        del flags[key]
+    added = not changed.keys() <= flags.keys()
+    flags.update(changed)
+    if added:  # the order ``compile_environment`` gives
+        flags = dict(sorted(flags.items()))
+    return flags, changed, removed
+
+
+def _references_moved(
+    before: w.Snapshot,
+    flags: dict[str, w.FlagSnapshot],
+    touched_flags: Collection[str],
+    fresh_segments: dict[str, w.SegmentSnapshot],
+    touched_segments: Collection[str],
+) -> bool:
+    """Whether a changed flag or segment now names other segments than it did (then which
+    segments the snapshot carries must be collected again)."""
+    return any(
+        segments_named(before.flags[key].rules if key in before.flags else ())
+        != segments_named(flags[key].rules if key in flags else ())
+        for key in touched_flags
+    ) or any(
+        segments_named(before.segments[key].rules if key in before.segments else ())
+        != segments_named(fresh_segments[key].rules if key in fresh_segments else ())
+        for key in touched_segments
+    )
+
+
+async def _next_segments(
+    session: AsyncSession,
+    environment: Environment,
+    before: w.Snapshot,
+    flags: dict[str, w.FlagSnapshot],
+    touched_flags: Collection[str],
+    named: Collection[str],
+) -> dict[str, w.SegmentSnapshot]:
+    """The segments the snapshot carries after a commit that wrote the ``named`` ones and the
+    ``touched_flags``: those it carried, brought up to date; collected again only when the
+    references moved (rare: a rule or segment now names other segments)."""
+    fresh: dict[str, w.SegmentSnapshot] = {}
+    if named:
+        rows = await session.scalars(
+            select(Segment).where(
+                Segment.project_id == environment.project_id, Segment.key.in_(sorted(named))
+            )
+        )
+        fresh = {row.key: segment_snapshot(row) for row in rows}
+    if _references_moved(before, flags, touched_flags, fresh, named):
+        known = await segments_for(session, environment.project_id)
+        return {key: known[key] for key in sorted(referenced_segments(flags, known))}
+    segments = dict(before.segments)
+    segments.update({k: s for k, s in fresh.items() if k in before.segments})
+    for key in named:
+        if key not in fresh:
+            segments.pop(key, None)
+    return segments
+
+
+def _patch(
+    before: w.Snapshot,
+    after: w.Snapshot,
+    changed_flags: dict[str, w.FlagSnapshot],
+    removed_flags: list[str],
+    experiments: bool,
+) -> p.Patch:
+    """What changed from ``before`` to ``after``, as relays apply it."""
+    return p.Patch(
+        environment=after.environment,
+        from_version=before.version,
+        version=after.version,
+        generated_at=after.generated_at,
+        flags=changed_flags,
+        removed_flags=tuple(removed_flags),
+        segments={k: s for k, s in after.segments.items() if before.segments.get(k) != s},
+        removed_segments=tuple(sorted(k for k in before.segments if k not in after.segments)),
+        experiments=(
+            {k: e for k, e in after.experiments.items() if before.experiments.get(k) != e}
+            if experiments
+            else {}
+        ),
+        removed_experiments=(
+            tuple(sorted(k for k in before.experiments if k not in after.experiments))
+            if experiments
+            else ()
+        ),
+    )
+
+
 async def compile_change(
     session: AsyncSession,
     environment: Environment,
@@ -227,51 +326,12 @@ async def compile_change(
     segments (and experiments when they changed). Equals ``compile_environment`` (tested).
     ``version``: the one the commit took the environment to (default: the environment's now).
 
-    Which segments the snapshot carries changes only when a changed flag or segment references
-    different segments than before; only then are the flags' references collected again.
-    """
+    Three steps: the flags (``_next_flags``), the segments they and the commit name
+    (``_next_segments``), then the patch between the two snapshots (``_patch``)."""
     fresh_flags = await _flags(session, environment, flags) if flags else {}
-    removed_flags = sorted(key for key in flags if key not in fresh_flags and key in before.flags)
-    changed_flags = {k: f for k, f in fresh_flags.items() if before.flags.get(k) != f}
-    next_flags = before.flags
-    if changed_flags or removed_flags:
-        next_flags = dict(before.flags)
-        for key in removed_flags:
-            del next_flags[key]
-        added = not changed_flags.keys() <= next_flags.keys()
-        next_flags.update(changed_flags)
-        if added:  # the order ``compile_environment`` gives
-            next_flags = dict(sorted(next_flags.items()))
-
-    fresh_segments: dict[str, w.SegmentSnapshot] = {}
-    if segments:
-        rows = await session.scalars(
-            select(Segment).where(
-                Segment.project_id == environment.project_id, Segment.key.in_(sorted(segments))
-            )
-        )
-        fresh_segments = {row.key: segment_snapshot(row) for row in rows}
-    references_moved = any(
-        segments_named(before.flags[key].rules if key in before.flags else ())
-        != segments_named(next_flags[key].rules if key in next_flags else ())
-        for key in {*changed_flags, *removed_flags}
-    ) or any(
-        segments_named(before.segments[key].rules if key in before.segments else ())
-        != segments_named(fresh_segments[key].rules if key in fresh_segments else ())
-        for key in segments
-    )
-    next_segments = dict(before.segments)
-    next_segments.update({k: s for k, s in fresh_segments.items() if k in before.segments})
-    for key in segments:
-        if key not in fresh_segments:
-            next_segments.pop(key, None)
-    if references_moved:  # rare (a rule or segment now names other segments): collect again
-        known = await segments_for(session, environment.project_id)
-        next_segments = {key: known[key] for key in sorted(referenced_segments(next_flags, known))}
-    next_experiments = (
-        await _running_experiments(session, environment.project_id)
-        if experiments
-        else before.experiments
+    next_flags, changed_flags, removed_flags = _next_flags(before, fresh_flags, flags)
+    next_segments = await _next_segments(
+        session, environment, before, next_flags, {*changed_flags, *removed_flags}, segments
     )
     after = w.Snapshot(
         project=before.project,
@@ -281,26 +341,10 @@ async def compile_change(
         segments=next_segments,
         schema_version=before.schema_version,
         generated_at=_now_ms(now_ms),
-        experiments=next_experiments,
-    )
-    patch = p.Patch(
-        environment=after.environment,
-        from_version=before.version,
-        version=after.version,
-        generated_at=after.generated_at,
-        flags=changed_flags,
-        removed_flags=tuple(removed_flags),
-        segments={k: s for k, s in next_segments.items() if before.segments.get(k) != s},
-        removed_segments=tuple(sorted(k for k in before.segments if k not in next_segments)),
         experiments=(
-            {k: e for k, e in next_experiments.items() if before.experiments.get(k) != e}
+            await _running_experiments(session, environment.project_id)
             if experiments
-            else {}
-        ),
-        removed_experiments=(
-            tuple(sorted(k for k in before.experiments if k not in next_experiments))
-            if experiments
-            else ()
+            else before.experiments
         ),
     )
-    return after, patch
+    return after, _patch(before, after, changed_flags, removed_flags, experiments)
