@@ -9,12 +9,15 @@ imports another for it.
 
 from __future__ import annotations
 
-from sqlalchemy import or_, select
+from typing import Any, Literal
 
-from control_plane.db.models import Environment, Flag, FlagSetting, Metric
+from sqlalchemy import delete, or_, select
+from sqlalchemy.exc import IntegrityError
+
+from control_plane.db.models import Environment, Exposure, Flag, FlagSetting, Metric
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
-from control_plane.errors import ApiError, not_found
+from control_plane.errors import ApiError, conflict, not_found
 
 
 async def find_flag(scope: Scope, key: str) -> Flag:
@@ -81,3 +84,32 @@ def private_attributes(scope: Scope) -> tuple[str, ...]:
     the key itself, in the request's own transaction (``auth``): no query of its own, which
     every ingested batch paid."""
     return scope.actor.private_attributes
+
+
+async def written_once(scope: Scope, what: str, key: str, row: Any | None = None) -> None:
+    """Write ``row`` (added here) or the pending changes now; 409 "``what`` with key … already
+    exists" when a unique key is taken. The database's unique constraint is the one home of the
+    rule (a check before the write would race another request's insert); ``what`` is the
+    resource with its article ("a flag", "an environment")."""
+    if row is not None:
+        scope.session.add(row)
+    try:
+        await scope.session.flush()
+    except IntegrityError as exc:
+        raise conflict(f"{what} with key {key!r} already exists") from exc
+
+
+async def forget_exposures(
+    scope: Scope, kind: Literal["flag", "experiment", "holdout"], subject: str
+) -> None:
+    """Delete what was recorded of units meeting ``subject`` (a flag's key, an experiment's or
+    a holdout's id) as a subject of that kind is deleted for good: results computed from them
+    are no longer current (``events_written`` moves the ingest generation on after commit)."""
+    await scope.session.execute(
+        delete(Exposure).where(
+            Exposure.project_id == scope.project_id,
+            Exposure.kind == kind,
+            Exposure.subject == subject,
+        )
+    )
+    scope.events_written = True

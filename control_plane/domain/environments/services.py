@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -17,6 +16,7 @@ from control_plane.domain import validation as v
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.environments import schemas as s
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.rows import written_once
 from control_plane.domain.targeting.validation import default_serving
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
@@ -81,11 +81,7 @@ async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Envir
         critical=body.key == CRITICAL_BY_DEFAULT if body.critical is None else body.critical,
         required_approvals=body.required_approvals,
     )
-    scope.session.add(env)
-    try:
-        await scope.session.flush()
-    except IntegrityError as exc:
-        raise conflict(f"an environment with key {body.key!r} already exists") from exc
+    await written_once(scope, "an environment", body.key, env)
     if source is not None:
         await _copy_settings(scope, source, env)
     else:
@@ -188,10 +184,7 @@ async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) ->
         return before
     env.version += 1
     wanted = env.key
-    try:
-        await scope.session.flush()
-    except IntegrityError as exc:
-        raise conflict(f"an environment with key {wanted!r} already exists") from exc
+    await written_once(scope, "an environment", wanted)
     if renamed:
         await scope.changed([env.id])  # the snapshot names its environment
         await scope.session.refresh(env)

@@ -20,7 +20,12 @@ from control_plane.domain.experiments import cta
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.cache import cached
-from control_plane.domain.rows import find_metric, private_attributes
+from control_plane.domain.rows import (
+    find_metric,
+    forget_exposures,
+    private_attributes,
+    written_once,
+)
 from control_plane.errors import conflict, invalid, not_found
 from shared.engine.experiments import (
     dimension_values,
@@ -262,12 +267,6 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     key = body.key or await v.unique_key(
         scope, Experiment, f"{wanted}-experiment" if wanted in RESERVED_KEYS else wanted
     )
-    if body.key and await scope.session.scalar(
-        select(Experiment.id).where(
-            Experiment.project_id == scope.project_id, Experiment.key == key
-        )
-    ):
-        raise conflict(f"an experiment with key {key!r} already exists")
     now = utcnow()
     row = Experiment(
         id=new_id("exp"),
@@ -295,8 +294,7 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     )
     if row.status == "running":
         await allocation.take_range(scope.session, row)
-    scope.session.add(row)
-    await scope.session.flush()
+    await written_once(scope, "an experiment", key, row)
     if row.status == "running":
         await scope.changed((e.id for e in await scope.environments()), reason="experiments")
     out = await experiment_out(scope, row)
@@ -454,14 +452,7 @@ async def delete_experiment(scope: Scope, id_or_key: str) -> s.ExperimentDeleted
     if row.status == "running":
         raise conflict(f"experiment {row.key!r} is running: stop it before deleting it")
     before = await experiment_out(scope, row)
-    await scope.session.execute(
-        delete(Exposure).where(
-            Exposure.project_id == scope.project_id,
-            Exposure.kind == "experiment",
-            Exposure.subject == row.id,
-        )
-    )
-    scope.events_written = True
+    await forget_exposures(scope, "experiment", row.id)
     await scope.session.execute(delete(SequentialLook).where(SequentialLook.subject == row.id))
     await scope.session.delete(row)
     await scope.session.flush()

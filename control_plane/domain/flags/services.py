@@ -11,14 +11,12 @@ from typing import Any, Literal
 
 import msgspec
 from sqlalchemy import ColumnElement, Select, and_, delete, exists, func, or_, select
-from sqlalchemy.exc import IntegrityError
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import (
     CodeReference,
     Environment,
-    Exposure,
     Flag,
     FlagMetric,
     FlagSetting,
@@ -39,9 +37,11 @@ from control_plane.domain.protection import (
 from control_plane.domain.rows import (
     find_flag,
     flag_setting,
+    forget_exposures,
     refuse_archived,
     touch_all_settings,
     variation_indexes,
+    written_once,
 )
 from control_plane.domain.snapshots import compile_environment, flag_snapshot, segments_for
 from control_plane.domain.targeting import validation as targeting
@@ -332,11 +332,7 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
         created_at=now,
         updated_at=now,
     )
-    scope.session.add(flag)
-    try:
-        await scope.session.flush()
-    except IntegrityError as exc:
-        raise conflict(f"a flag with key {body.key!r} already exists") from exc
+    await written_once(scope, "a flag", body.key, flag)
     environments = await scope.environments()
     settings = []
     for env in environments:
@@ -522,14 +518,7 @@ async def delete_flag(scope: Scope, key: str) -> s.FlagDeleted:
     ]
     await scope.session.execute(delete(FlagMetric).where(FlagMetric.flag_id == flag.id))
     await scope.session.execute(delete(FlagSetting).where(FlagSetting.flag_id == flag.id))
-    await scope.session.execute(
-        delete(Exposure).where(
-            Exposure.project_id == scope.project_id,
-            Exposure.kind == "flag",
-            Exposure.subject == key,
-        )
-    )
-    scope.events_written = True
+    await forget_exposures(scope, "flag", key)
     await scope.session.delete(flag)
     await scope.session.flush()
     await scope.changed(environment_ids, flags=[key])

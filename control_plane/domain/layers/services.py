@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 
 import msgspec
-from sqlalchemy import delete, func, or_, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import func, or_, select
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -24,7 +23,7 @@ from control_plane.domain.layers import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.subject import MetricDef
-from control_plane.domain.rows import find_metric
+from control_plane.domain.rows import find_metric, forget_exposures, written_once
 from control_plane.errors import conflict, not_found
 from shared.engine.experiments import GENERAL, HOLDOUT
 from shared.wire.snapshot import WEIGHT_SCALE
@@ -110,11 +109,7 @@ async def create_layer(scope: Scope, body: s.LayerCreate) -> s.Layer:
         created_at=now,
         updated_at=now,
     )
-    scope.session.add(row)
-    try:
-        await scope.session.flush()
-    except IntegrityError as exc:
-        raise conflict(f"a layer with key {key!r} already exists") from exc
+    await written_once(scope, "a layer", key, row)
     out = await layer_out(scope, row)
     scope.audit("layer.create", "layer", key, after=out)
     return out
@@ -306,11 +301,7 @@ async def create_holdout(scope: Scope, body: s.HoldoutCreate) -> s.Holdout:
         created_at=now,
         updated_at=now,
     )
-    scope.session.add(row)
-    try:
-        await scope.session.flush()
-    except IntegrityError as exc:
-        raise conflict(f"a holdout with key {key!r} already exists") from exc
+    await written_once(scope, "a holdout", key, row)
     await _publish(scope)
     out = await holdout_out(scope, row)
     scope.audit("holdout.create", "holdout", key, after=out)
@@ -367,14 +358,7 @@ async def delete_holdout(scope: Scope, id_or_key: str) -> s.Deleted:
     if row.status == "running":
         raise conflict(f"holdout {row.key!r} is running: stop it before deleting it")
     before = await holdout_out(scope, row)
-    await scope.session.execute(
-        delete(Exposure).where(
-            Exposure.project_id == scope.project_id,
-            Exposure.kind == "holdout",
-            Exposure.subject == row.id,
-        )
-    )
-    scope.events_written = True
+    await forget_exposures(scope, "holdout", row.id)
     await scope.session.delete(row)
     await scope.session.flush()
     scope.audit("holdout.delete", "holdout", row.key, before=before)

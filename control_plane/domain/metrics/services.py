@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import msgspec
 from sqlalchemy import exists, select
-from sqlalchemy.exc import IntegrityError
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -15,7 +14,7 @@ from control_plane.domain.common import Scope
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.subject import CAPPED, READS_VALUE
-from control_plane.domain.rows import find_metric
+from control_plane.domain.rows import find_metric, written_once
 from control_plane.errors import conflict, not_found
 from shared.wire.currencies import ISO_4217
 
@@ -200,11 +199,7 @@ async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
         created_at=now,
         updated_at=now,
     )
-    scope.session.add(row)
-    try:
-        await scope.session.flush()
-    except IntegrityError as exc:
-        raise conflict(f"a metric with key {key!r} already exists") from exc
+    await written_once(scope, "a metric", key, row)
     out = metric_out(row)
     scope.audit("metric.create", "metric", key, after=out)
     return out

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import msgspec
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -17,6 +16,7 @@ from control_plane.domain import validation as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.protection import refuse_unapproved_in
+from control_plane.domain.rows import written_once
 from control_plane.domain.segments import schemas as s
 from control_plane.domain.snapshots import segment_snapshot
 from control_plane.domain.targeting import validation as targeting
@@ -243,11 +243,7 @@ async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
         updated_at=now,
     )
     _check_with_engine(row, others)
-    scope.session.add(row)
-    try:
-        await scope.session.flush()
-    except IntegrityError as exc:
-        raise conflict(f"a segment with key {body.key!r} already exists") from exc
+    await written_once(scope, "a segment", body.key, row)
     out = segment_out(row)
     scope.audit("segment.create", "segment", row.key, after=out)
     return out
