@@ -9,7 +9,6 @@ from dataclasses import replace
 from sqlalchemy import select
 
 from control_plane.db.models import Experiment, Metric
-from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import decisions
 from control_plane.domain.experiments import schemas as s
@@ -27,6 +26,7 @@ from control_plane.domain.results.subject import (
     analyse_subject,
     capping_block,
     metric_specs,
+    running_days,
 )
 from control_plane.domain.results.timeseries import DayIncrement, cumulative_days, day_increments
 from control_plane.domain.results.units import Slicer
@@ -205,11 +205,6 @@ async def with_results(
     out = await experiment_out(scope, row)
     primary, guardrails = await _metric_defs(scope, row)
     weights = {x["key"]: float(x["weight"]) for x in row.variants if x.get("weight") is not None}
-    running_days = (
-        (utcnow() - row.started_at).total_seconds() / 86_400
-        if row.status == "running" and row.started_at is not None
-        else None
-    )
     results = await analyse_subject(
         scope.session,
         scope.project_id,
@@ -224,7 +219,7 @@ async def with_results(
         cuped=row.cuped,
         prior_sd=scope.bayesian_prior_sd,
         target_effect=target_effect if target_effect is not None else DEFAULT_TARGET_EFFECT,
-        running_days=running_days,
+        running_days=running_days(row.status, row.started_at),
         dimension=split,
     )
     await decisions.announce(scope, row, results)

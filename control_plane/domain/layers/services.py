@@ -22,7 +22,7 @@ from control_plane.domain.common import Scope
 from control_plane.domain.layers import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.cache import cached
-from control_plane.domain.results.subject import MetricDef
+from control_plane.domain.results.subject import MetricDef, analyse_subject, running_days
 from control_plane.domain.rows import find_metric, forget_exposures, written_once
 from control_plane.errors import conflict, not_found
 from shared.engine.experiments import GENERAL, HOLDOUT
@@ -369,18 +369,11 @@ async def holdout_results(scope: Scope, id_or_key: str) -> s.HoldoutResults:
     """The combined effect of what runs in the holdout's scope: its ``general`` group (exposed to
     whatever the experiments served) against its ``holdout`` group (the controls), per metric,
     through the experiments' analysis (frequentist; SRM against the holdout's share)."""
-    from control_plane.domain.results.subject import analyse_subject
-
     row = await find_holdout(scope, id_or_key)
     out = await holdout_out(scope, row)
     metrics = [MetricDef.of(m) for m in await _metrics(scope, row)]
     if not metrics:
         raise conflict(f"holdout {row.key!r} has no metric left: PATCH its metrics first")
-    running_days = (
-        (utcnow() - row.started_at).total_seconds() / 86_400
-        if row.status == "running" and row.started_at is not None
-        else None
-    )
     results = await analyse_subject(
         scope.session,
         scope.project_id,
@@ -394,6 +387,6 @@ async def holdout_results(scope: Scope, id_or_key: str) -> s.HoldoutResults:
         engine="frequentist",
         cuped=False,
         prior_sd=scope.bayesian_prior_sd,
-        running_days=running_days,
+        running_days=running_days(row.status, row.started_at),
     )
     return s.HoldoutResults(holdout=out, results=results)

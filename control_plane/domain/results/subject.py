@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -30,6 +31,7 @@ from control_plane.analysis import (
 from control_plane.analysis.power import DEFAULT_POWER as POWER
 from control_plane.analysis.power import minimum_detectable_effect
 from control_plane.db.models import Metric, SequentialLook
+from control_plane.db.types import utcnow
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.quantiles import arm_quantiles
 from control_plane.domain.results.slices import CORRECTION, Split, slice_totals, sliced_aggregates
@@ -588,6 +590,13 @@ PACE_MIN_DAYS = 1.0
 cycle (a night, a morning's peak) and an hour's units multiplied by 24 are no forecast."""
 PACE_MIN_UNITS = 100
 """... and this many exposed units: a handful of them divided by any time is noise."""
+
+
+def running_days(status: str, started_at: datetime | None) -> float | None:
+    """Days a subject has run, for its pace; none when it is not running."""
+    if status != "running" or started_at is None:
+        return None
+    return (utcnow() - started_at).total_seconds() / 86_400
 
 
 def pace(exposed_total: int, running_days: float | None) -> tuple[float | None, str | None]:
