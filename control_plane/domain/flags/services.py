@@ -26,7 +26,7 @@ from control_plane.db.models import (
     Segment,
 )
 from control_plane.db.types import utcnow
-from control_plane.domain import validation as base
+from control_plane.domain import problems as base
 from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import validation as v

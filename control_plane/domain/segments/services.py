@@ -13,7 +13,7 @@ from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import Flag, FlagSetting, Segment
 from control_plane.db.types import utcnow
-from control_plane.domain import validation as base
+from control_plane.domain import problems as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.protection import refuse_unapproved_in
