@@ -17,7 +17,7 @@ from control_plane.domain import problems as base
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.environments import schemas as s
 from control_plane.domain.paging import Page, paged
-from control_plane.domain.targeting.validation import default_serving
+from control_plane.domain.targeting.clauses import default_serving
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
 

@@ -44,7 +44,7 @@ from control_plane.domain.rows import (
     variation_indexes,
 )
 from control_plane.domain.snapshots import compile_environment, flag_snapshot, segments_for
-from control_plane.domain.targeting import validation as targeting
+from control_plane.domain.targeting import clauses as targeting
 from control_plane.domain.targeting.schemas import ServeIn, clause_out, serve_out
 from control_plane.errors import conflict, invalid
 from shared.engine import (
