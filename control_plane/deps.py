@@ -14,7 +14,7 @@ from litestar.params import HeaderParameter
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import Principal, request_session
-from control_plane.db import ingest
+from control_plane.db import generation
 from control_plane.domain.common import Actor, Scope, serialise_project_writes
 from control_plane.publishing.publisher import Publisher
 
@@ -75,7 +75,7 @@ async def unit_of_work(
             publisher.publish(scope.change)
         if scope.events_written:
             try:
-                await ingest.advance(session)
+                await generation.advance(session)
             except Exception:  # the write is committed and answered; only the cache is behind
                 logger.warning(
                     "events were written but the ingest generation did not move on: results "

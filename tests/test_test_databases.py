@@ -33,7 +33,8 @@ def test_a_reused_database_is_as_the_template_left_it(
     assert again == url  # the same database, emptied
     assert databases._read_state(again) == databases._state
     with serve(again) as api:
-        assert api.keys and api.keys != first_keys  # a first start: its own first keys
+        assert api.keys
+        assert api.keys != first_keys  # a first start: its own first keys
         assert api.get("/flags").json()["flags"] == []
     with pytest.raises(psycopg.OperationalError):  # ended, so it could not hold a lock
         holder.execute("SELECT 1")

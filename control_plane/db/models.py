@@ -46,7 +46,7 @@ class Deployment(Base):
 
 class IngestGeneration(Base):
     """One row (SQLite): a number that moves on after every committed write of events or
-    exposures (see :mod:`control_plane.db.ingest`; PostgreSQL counts with a sequence)."""
+    exposures (see :mod:`control_plane.db.generation`; PostgreSQL counts with a sequence)."""
 
     __tablename__ = "ingest_generation"
 

@@ -76,7 +76,7 @@ class Scope:
     hooks: Hooks = field(kw_only=True)
     change: Change = field(init=False)
     # events or exposures were written or deleted: the ingest generation moves on after the
-    # commit (see control_plane.db.ingest), so that results cached by it are computed afresh
+    # commit (see control_plane.db.generation), so that results cached by it are computed afresh
     events_written: bool = field(default=False, init=False)
     # the permissions this unit of work was found to hold (``require``); an audited change
     # must have asked for one (``audit``)

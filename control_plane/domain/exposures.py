@@ -1,6 +1,6 @@
 """First exposures: one row per (experiment, flag or holdout, unit); the first one recorded wins.
 
-A base of the domains (beside ``common`` and ``validation``): the event ingest records the
+A base of the domains (beside ``common`` and ``problems``): the event ingest records the
 exposures that events claim, the experiments record those their assign endpoint makes, and
 neither imports the other.
 

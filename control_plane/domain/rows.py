@@ -1,7 +1,7 @@
 """A project's rows as several domains find them, by the names the API uses, and the small rules
 on them that belong to no one use case.
 
-A base of the domains (beside ``common``, ``validation`` and ``targeting``): flags, schedules and
+A base of the domains (beside ``common``, ``problems`` and ``targeting``): flags, schedules and
 flag metrics all find a flag by its key and a flag's setting in an environment; experiments and
 flag metrics both name a metric by its id or its key. Each rule is written here once, so no domain
 imports another for it.

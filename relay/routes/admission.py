@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from relay.http import ErrorBody, Headers, PayloadTooLarge, Request, Response, cors_headers
 from relay.prometheus import RelayMetrics
-from relay.routes.keys import bearer_token, origin_allowed, unknown_key
+from relay.routes.callers import bearer_token, origin_allowed, unknown_key
 from relay.routes.ratelimit import RateGate
 from relay.routes.views import View, Views
 from relay.settings import RelaySettings

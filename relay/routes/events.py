@@ -35,7 +35,7 @@ from relay.http import (
     vane_error_body,
 )
 from relay.routes.admission import Admission, Browser
-from relay.routes.keys import bearer_token, unknown_key
+from relay.routes.callers import bearer_token, unknown_key
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
 from shared.engine.experiments import (

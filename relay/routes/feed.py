@@ -24,7 +24,7 @@ import msgspec
 
 from relay.http import Request, Response, Router, Send, vane_error_body
 from relay.routes.admission import Browser
-from relay.routes.keys import bearer_token, unknown_key
+from relay.routes.callers import bearer_token, unknown_key
 from relay.routes.sse import Change, ChangeHub, DisconnectWatch, Subscription, follow
 from relay.store import EnvironmentState
 from shared.wire import protocol as p

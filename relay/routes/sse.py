@@ -45,7 +45,7 @@ from relay.http import (
     ofrep_error_body,
 )
 from relay.routes.admission import Browser
-from relay.routes.keys import origin_allowed
+from relay.routes.callers import origin_allowed
 from relay.store import EnvironmentState, Store
 
 EVENTS_PATH = "/ofrep/v1/events"

@@ -8,7 +8,7 @@ Modules, one job each: ``contexts`` says how a rule finds what it reads (context
 multi-kind contexts, attribute references); ``rules`` and ``operators`` compile clauses, rules
 and segments into matchers; ``closures`` builds one flag's evaluation closure; ``graph`` holds the dependency
 graph's rules (who names whom, order, cycles, nesting); ``snapshot`` compiles whole snapshots
-and patches; ``validation`` checks one flag or segment for the control plane; ``evaluator``
+and patches; ``presave`` checks one flag or segment for the control plane before it is saved; ``evaluator``
 runs the compiled result.
 """
 
@@ -18,13 +18,13 @@ from shared.engine.evaluator import context_key, evaluate, evaluate_all
 from shared.engine.graph import prerequisite_cycle, segment_cycle, segments_named
 from shared.engine.model import CompileError, ErrorKind, Evaluation, Reason
 from shared.engine.openfeature import ofrep_error_code, openfeature_reason
+from shared.engine.presave import validate_flag, validate_segment
 from shared.engine.snapshot import (
     CompiledEnvironment,
     CompiledFlag,
     compile_patch,
     compile_snapshot,
 )
-from shared.engine.validation import validate_flag, validate_segment
 
 __all__ = [
     "WEIGHT_SCALE",

@@ -62,7 +62,7 @@ async def _load(url: str, subject: str) -> float:
 
 
 async def _advance(url: str) -> None:
-    """What an ingest does after it commits (control_plane.db.ingest.advance)."""
+    """What an ingest does after it commits (control_plane.db.generation.advance)."""
     engine = make_async_engine(url)
     try:
         async with engine.connect() as connection:

@@ -1,6 +1,6 @@
 """Statistics parameters outside their meaning are a 422 naming the field; the edges are taken.
 
-The bounds (``control_plane.domain.validation``, documented in docs/statistics.md): alpha in
+The bounds (``control_plane.domain.problems``, documented in docs/statistics.md): alpha in
 [0.001, 0.2], power in [0.5, 0.999], a quantile in [0.001, 0.999], a percentile cap in
 [0.5, 0.9999], an absolute cap in [1, 2^53 - 1] (event values are whole minor units); a plan's
 baseline rate in [1e-6, 1 - 1e-6], a baseline mean's size and sd in [1e-6, 2^53 - 1], the sd at

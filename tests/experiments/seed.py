@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, insert, select, update
 
 from control_plane.db.engine import sync_url
-from control_plane.db.ingest import advance_statement
+from control_plane.db.generation import advance_statement
 from control_plane.db.models import Event, Experiment, Exposure, ExposureAttribute, Project
 from control_plane.db.types import utcnow
 from tests.conftest import Api
@@ -113,7 +113,7 @@ def backdate(
 
 def advance(engine: Engine) -> None:
     """What every writer of events does after it commits: move the ingest generation on, so
-    that results cached before the write are computed afresh (control_plane.db.ingest)."""
+    that results cached before the write are computed afresh (control_plane.db.generation)."""
     with engine.begin() as connection:
         connection.execute(advance_statement(engine.dialect.name))
     if engine.dialect.name == "postgresql":

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from control_plane.app import create_app
+from control_plane.domain.problems import KEY_PATTERN
 from control_plane.domain.projectfile.imports import KEY_PATTERN as IMPORT_KEY_PATTERN
 from control_plane.domain.projectfile.imports import Refused, launchdarkly
-from control_plane.domain.validation import KEY_PATTERN
 from control_plane.settings import Settings
 from tests.conftest import Api, serve
 from tests.engine.ld_harness import Case, Unmappable, expand, json_equal, translate

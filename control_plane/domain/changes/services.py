@@ -41,7 +41,7 @@ from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import ChangeRequest, ChangeRequestReview, Environment, Flag
 from control_plane.db.types import utcnow
-from control_plane.domain import validation as base
+from control_plane.domain import problems as base
 from control_plane.domain.changes import schemas as s
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.flags import schemas as flags

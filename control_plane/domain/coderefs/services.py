@@ -10,7 +10,7 @@ from control_plane.db.types import utcnow
 from control_plane.domain.coderefs import schemas as s
 from control_plane.domain.coderefs.scanner import MAX_SNIPPET
 from control_plane.domain.common import Scope
-from control_plane.domain.validation import Problems
+from control_plane.domain.problems import Problems
 from control_plane.errors import not_found
 
 MAX_REFS = 50_000

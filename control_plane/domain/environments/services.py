@@ -12,12 +12,12 @@ from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import ApiKey, Environment, Flag, FlagSetting
 from control_plane.db.types import utcnow
-from control_plane.domain import validation as v
+from control_plane.domain import problems as base
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.environments import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.rows import written_once
-from control_plane.domain.targeting.validation import default_serving
+from control_plane.domain.targeting.clauses import default_serving
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
 
@@ -39,7 +39,7 @@ def environment_out(env: Environment) -> s.Environment:
     )
 
 
-def _check_approvals(problems: v.Problems, value: int) -> None:
+def _check_approvals(problems: base.Problems, value: int) -> None:
     if not 0 <= value <= MAX_APPROVALS:
         problems.add("requiredApprovals", f"from 0 (not protected) to {MAX_APPROVALS}")
 
@@ -64,10 +64,10 @@ async def list_environments(scope: Scope, *, limit: int, cursor: str | None) -> 
 
 async def create_environment(scope: Scope, body: s.EnvironmentCreate) -> s.Environment:
     scope.require(Permission.ADMIN)
-    problems = v.Problems()
-    v.check_key(problems, "key", body.key)
+    problems = base.Problems()
+    base.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key.title()
-    v.check_name(problems, "name", name)
+    base.check_name(problems, "name", name)
     _check_approvals(problems, body.required_approvals)
     source = await scope.environment(body.copy_from) if body.copy_from is not None else None
     problems.raise_if_any()
@@ -157,11 +157,11 @@ async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) ->
     scope.require(Permission.ADMIN)
     env = await scope.environment(key)
     await _expect(scope, env)
-    problems = v.Problems()
+    problems = base.Problems()
     if body.key is not msgspec.UNSET:
-        v.check_key(problems, "key", body.key)
+        base.check_key(problems, "key", body.key)
     if body.name is not msgspec.UNSET:
-        v.check_name(problems, "name", body.name)
+        base.check_name(problems, "name", body.name)
     if body.required_approvals is not msgspec.UNSET:
         _check_approvals(problems, body.required_approvals)
     problems.raise_if_any()

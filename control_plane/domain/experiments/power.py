@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from control_plane.analysis import power
-from control_plane.domain import validation as v
+from control_plane.domain import problems as base
 from control_plane.domain.experiments import schemas as s
 from control_plane.domain.experiments.services import MAX_VARIANTS, MIN_VARIANTS
 from control_plane.errors import FieldError, invalid_many
@@ -16,12 +16,12 @@ MIN_RELATIVE_EFFECT = 1e-6
 percent): below it no sample of a size that can exist detects it."""
 
 
-def _check_mean_baseline(problems: v.Problems, mean: float | None, sd: float | None) -> None:
+def _check_mean_baseline(problems: base.Problems, mean: float | None, sd: float | None) -> None:
     """A planned mean other than 0 (mde is relative to it) and its positive standard deviation
-    per unit, each of a size within ``v.BASELINE_SIZE``, the sd at most
-    ``v.MAX_COEFFICIENT_OF_VARIATION`` times the mean's size."""
-    low, high = v.BASELINE_SIZE
-    cv = v.MAX_COEFFICIENT_OF_VARIATION
+    per unit, each of a size within ``base.BASELINE_SIZE``, the sd at most
+    ``base.MAX_COEFFICIENT_OF_VARIATION`` times the mean's size."""
+    low, high = base.BASELINE_SIZE
+    cv = base.MAX_COEFFICIENT_OF_VARIATION
     mean_ok = mean is not None and low <= abs(mean) <= high  # NaN compares False
     if mean is None:
         problems.add("baselineMean", "required with baselineSd")
@@ -40,7 +40,7 @@ def _check_mean_baseline(problems: v.Problems, mean: float | None, sd: float | N
 
 def plan(body: s.PowerIn) -> s.PowerOut:
     """Units per variant for a planned experiment (conversion or mean metric)."""
-    problems = v.Problems()
+    problems = base.Problems()
     by_rate = body.baseline_rate is not None
     by_mean = body.baseline_mean is not None or body.baseline_sd is not None
     if by_rate == by_mean:
@@ -48,8 +48,8 @@ def plan(body: s.PowerIn) -> s.PowerOut:
             "baselineRate", "give baselineRate (conversion) or baselineMean and baselineSd (mean)"
         )
     if body.baseline_rate is not None:
-        v.check_between(
-            problems, "baselineRate", body.baseline_rate, v.BASELINE_RATE, "a conversion rate"
+        base.check_between(
+            problems, "baselineRate", body.baseline_rate, base.BASELINE_RATE, "a conversion rate"
         )
     if by_mean:
         _check_mean_baseline(problems, body.baseline_mean, body.baseline_sd)
@@ -58,8 +58,8 @@ def plan(body: s.PowerIn) -> s.PowerOut:
             "mde",
             f"a relative effect such as 0.05 (+5 %), at least {MIN_RELATIVE_EFFECT:g} in size and above -1",
         )
-    v.check_between(problems, "alpha", body.alpha, v.ALPHA, "the test's level, e.g. 0.05")
-    v.check_between(problems, "power", body.power, v.POWER, "the chance to detect, e.g. 0.8")
+    base.check_between(problems, "alpha", body.alpha, base.ALPHA, "the test's level, e.g. 0.05")
+    base.check_between(problems, "power", body.power, base.POWER, "the chance to detect, e.g. 0.8")
     if not MIN_VARIANTS <= body.variants <= MAX_VARIANTS:
         problems.add("variants", f"{MIN_VARIANTS} to {MAX_VARIANTS} variants, control included")
     if (

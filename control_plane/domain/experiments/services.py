@@ -14,7 +14,7 @@ from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Metric, SequentialLook
 from control_plane.db.types import utcnow
 from control_plane.domain import allocation, exposures
-from control_plane.domain import validation as v
+from control_plane.domain import problems as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.experiments import cta
 from control_plane.domain.experiments import schemas as s
@@ -185,7 +185,7 @@ async def list_experiments(
     )
 
 
-def _variants(problems: v.Problems, body: s.ExperimentCreate) -> list[dict[str, Any]]:
+def _variants(problems: base.Problems, body: s.ExperimentCreate) -> list[dict[str, Any]]:
     given = body.variants
     if given is None:
         given = [s.VariantIn(key=CONTROL), s.VariantIn(key="treatment")]
@@ -201,7 +201,7 @@ def _variants(problems: v.Problems, body: s.ExperimentCreate) -> list[dict[str, 
     seen: set[str] = set()
     for i, item in enumerate(given):
         field = f"variants[{i}]"
-        v.check_key(problems, f"{field}.key", item.key)
+        base.check_key(problems, f"{field}.key", item.key)
         if item.key in seen:
             problems.add(f"{field}.key", f"variant key {item.key!r} is used twice")
         seen.add(item.key)
@@ -223,7 +223,9 @@ def _variants(problems: v.Problems, body: s.ExperimentCreate) -> list[dict[str, 
     return sorted(out, key=lambda x: x["key"] != CONTROL)
 
 
-def _cta_fields(problems: v.Problems, field: str, item: s.VariantIn, kind: str) -> dict[str, str]:
+def _cta_fields(
+    problems: base.Problems, field: str, item: s.VariantIn, kind: str
+) -> dict[str, str]:
     """A variant's ``href``, ``bg`` and ``color`` as given: a cta's, each checked (``cta``)."""
     given = {name: getattr(item, name) for name in ("href", "bg", "color")}
     given = {name: value for name, value in given.items() if value is not None}
@@ -235,7 +237,7 @@ def _cta_fields(problems: v.Problems, field: str, item: s.VariantIn, kind: str) 
     return given
 
 
-def _check_url(problems: v.Problems, url: str) -> None:
+def _check_url(problems: base.Problems, url: str) -> None:
     if url == "*" or url.startswith(("/", "http://", "https://")):
         return
     problems.add("url", "'*', a path such as /pricing or /pricing*, or a full URL")
@@ -243,10 +245,10 @@ def _check_url(problems: v.Problems, url: str) -> None:
 
 async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experiment:
     scope.require(Permission.EDIT)
-    problems = v.Problems()
-    v.check_name(problems, "name", body.name)
+    problems = base.Problems()
+    base.check_name(problems, "name", body.name)
     if body.key is not None:
-        v.check_key(problems, "key", body.key)
+        base.check_key(problems, "key", body.key)
         if body.key in RESERVED_KEYS:
             problems.add("key", f"{body.key!r} is reserved (POST /experiments/{body.key})")
     _check_url(problems, body.url)
@@ -263,8 +265,8 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
     if (found := dimensions_problem(body.dimensions)) is not None:
         problems.add(*found)
     problems.raise_if_any()
-    wanted = v.slugify(body.name)
-    key = body.key or await v.unique_key(
+    wanted = base.slugify(body.name)
+    key = body.key or await base.unique_key(
         scope, Experiment, f"{wanted}-experiment" if wanted in RESERVED_KEYS else wanted
     )
     now = utcnow()
@@ -303,7 +305,7 @@ async def create_experiment(scope: Scope, body: s.ExperimentCreate) -> s.Experim
 
 
 async def _layer_and_traffic(
-    scope: Scope, problems: v.Problems, layer: str | None, traffic: float
+    scope: Scope, problems: base.Problems, layer: str | None, traffic: float
 ) -> tuple[str | None, int]:
     """The layer's id (``layer`` is its key) and the traffic in buckets, each checked."""
     layer_id = None
@@ -329,11 +331,11 @@ _PAGE_FIELDS = ("url", "selector", "goal", "variants")
 """What decides what a unit sees or what counts: fixed once a unit is exposed."""
 
 
-def _patch_problems(row: Experiment, body: s.ExperimentPatch) -> v.Problems:
+def _patch_problems(row: Experiment, body: s.ExperimentPatch) -> base.Problems:
     """What is wrong with the fields of an edit, each checked on its own."""
-    problems = v.Problems()
+    problems = base.Problems()
     if body.name is not msgspec.UNSET:
-        v.check_name(problems, "name", body.name)
+        base.check_name(problems, "name", body.name)
     if body.description is not msgspec.UNSET and len(body.description) > 10_000:
         problems.add("description", "at most 10000 characters")
     if body.url is not msgspec.UNSET:
@@ -411,7 +413,7 @@ async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch
 
 
 def _edited_variants(
-    problems: v.Problems, row: Experiment, given: list[s.VariantPatch]
+    problems: base.Problems, row: Experiment, given: list[s.VariantPatch]
 ) -> list[dict[str, Any]]:
     out = [dict(x) for x in row.variants]
     by_key = {x["key"]: x for x in out}
@@ -557,7 +559,7 @@ async def set_metrics(scope: Scope, id_or_key: str, body: s.MetricsIn) -> s.Metr
     await expect_current(scope, row)
     if body.primary is msgspec.UNSET and body.guardrails is msgspec.UNSET:
         raise invalid("primary", "send primary and/or guardrails (null clears the primary)")
-    problems = v.Problems()
+    problems = base.Problems()
     primary = None
     if body.primary is msgspec.UNSET:
         if row.primary_metric_id is not None:

@@ -24,10 +24,10 @@ from control_plane.db.models import (
     Segment,
 )
 from control_plane.db.types import utcnow
-from control_plane.domain import validation as base
+from control_plane.domain import problems as base
 from control_plane.domain.common import Scope
+from control_plane.domain.flags import canonical
 from control_plane.domain.flags import schemas as s
-from control_plane.domain.flags import validation as v
 from control_plane.domain.paging import Page, counted, paged
 from control_plane.domain.protection import (
     protected,
@@ -44,7 +44,7 @@ from control_plane.domain.rows import (
     written_once,
 )
 from control_plane.domain.snapshots import compile_environment, flag_snapshot, segments_for
-from control_plane.domain.targeting import validation as targeting
+from control_plane.domain.targeting import clauses as targeting
 from control_plane.domain.targeting.schemas import ServeIn, clause_out, serve_out
 from control_plane.errors import conflict, invalid
 from shared.engine import (
@@ -310,7 +310,7 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
     base.check_tags(problems, "tags", body.tags)
     if not body.bucket_by.strip():
         problems.add("bucketBy", "must not be blank")
-    variations = v.variations(problems, body.type, body.variations)
+    variations = canonical.variations(problems, body.type, body.variations)
     problems.raise_if_any()
 
     on_idx, off_idx = targeting.default_serving(body.type, variations)
@@ -495,7 +495,7 @@ async def _edited_variations(
         for idx in removed:
             if idx in used:
                 problems.add("variations", f"variation {idx} is in use ({used[idx]}): keep it")
-    return v.variations(problems, flag.type, numbered)
+    return canonical.variations(problems, flag.type, numbered)
 
 
 async def delete_flag(scope: Scope, key: str) -> s.FlagDeleted:
@@ -666,7 +666,11 @@ async def put_settings(
         if body.fallthrough is not msgspec.UNSET
         else None
     )
-    targets = v.targets(problems, body.targets, idxs) if body.targets is not msgspec.UNSET else None
+    targets = (
+        canonical.targets(problems, body.targets, idxs)
+        if body.targets is not msgspec.UNSET
+        else None
+    )
     prerequisites = (
         await _prerequisites(scope, flag, env, body.prerequisites, problems)
         if body.prerequisites is not msgspec.UNSET
@@ -739,9 +743,11 @@ async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.
         )
     )
     problems = base.Problems()
-    canonical = v.rules(problems, body.rules, variation_indexes(flag), segment_keys, _new_rule_id)
+    rules = canonical.rules(
+        problems, body.rules, variation_indexes(flag), segment_keys, _new_rule_id
+    )
     problems.raise_if_any()
-    setting.rules = [_stored(r) for r in canonical]
+    setting.rules = [_stored(r) for r in rules]
     await _check_with_engine(scope, flag, env, setting)
     await _save_setting(scope, flag, env, setting)
     after = s.Rules(

@@ -13,7 +13,7 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.keys import schemas as s
 from control_plane.domain.paging import Page, paged
-from control_plane.domain.validation import Problems
+from control_plane.domain.problems import Problems
 from control_plane.errors import conflict, invalid, not_found
 from shared.wire.kinds import reference_problem
 

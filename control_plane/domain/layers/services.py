@@ -17,7 +17,7 @@ from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, Exposure, Holdout, Layer, Metric
 from control_plane.db.types import utcnow
 from control_plane.domain import allocation
-from control_plane.domain import validation as v
+from control_plane.domain import problems as base
 from control_plane.domain.common import Scope
 from control_plane.domain.layers import schemas as s
 from control_plane.domain.paging import Page, paged
@@ -84,20 +84,20 @@ async def list_layers(scope: Scope, *, limit: int, cursor: str | None) -> Page[s
     )
 
 
-def _check_description(problems: v.Problems, description: str) -> None:
+def _check_description(problems: base.Problems, description: str) -> None:
     if len(description) > 10_000:
         problems.add("description", "at most 10000 characters")
 
 
 async def create_layer(scope: Scope, body: s.LayerCreate) -> s.Layer:
     scope.require(Permission.EDIT)
-    problems = v.Problems()
-    v.check_name(problems, "name", body.name)
+    problems = base.Problems()
+    base.check_name(problems, "name", body.name)
     if body.key is not None:
-        v.check_key(problems, "key", body.key)
+        base.check_key(problems, "key", body.key)
     _check_description(problems, body.description)
     problems.raise_if_any()
-    key = body.key or await v.unique_key(scope, Layer, v.slugify(body.name))
+    key = body.key or await base.unique_key(scope, Layer, base.slugify(body.name))
     now = utcnow()
     row = Layer(
         id=new_id("lay"),
@@ -119,9 +119,9 @@ async def update_layer(scope: Scope, id_or_key: str, body: s.LayerPatch) -> s.La
     scope.require(Permission.EDIT)
     row = await find_layer(scope, id_or_key)
     await scope.expect_version(Layer, Layer.version, row.version, Layer.id == row.id)
-    problems = v.Problems()
+    problems = base.Problems()
     if body.name is not msgspec.UNSET:
-        v.check_name(problems, "name", body.name)
+        base.check_name(problems, "name", body.name)
     if body.description is not msgspec.UNSET:
         _check_description(problems, body.description)
     problems.raise_if_any()
@@ -243,7 +243,7 @@ async def list_holdouts(scope: Scope, *, limit: int, cursor: str | None) -> Page
     )
 
 
-async def _metric_ids(scope: Scope, problems: v.Problems, refs: list[str]) -> list[str]:
+async def _metric_ids(scope: Scope, problems: base.Problems, refs: list[str]) -> list[str]:
     if not refs:
         problems.add("metrics", "at least one metric (key or id): the first is the primary")
     if len(refs) > 20:
@@ -267,10 +267,10 @@ async def _publish(scope: Scope) -> None:
 
 async def create_holdout(scope: Scope, body: s.HoldoutCreate) -> s.Holdout:
     scope.require(Permission.EDIT)
-    problems = v.Problems()
-    v.check_name(problems, "name", body.name)
+    problems = base.Problems()
+    base.check_name(problems, "name", body.name)
     if body.key is not None:
-        v.check_key(problems, "key", body.key)
+        base.check_key(problems, "key", body.key)
     _check_description(problems, body.description)
     share = round(body.share * WEIGHT_SCALE) if math.isfinite(body.share) else 0
     if not (math.isfinite(body.share) and 0 < body.share < 1 and 0 < share < WEIGHT_SCALE):
@@ -284,7 +284,7 @@ async def create_holdout(scope: Scope, body: s.HoldoutCreate) -> s.Holdout:
             layer_id = layer.id
     metric_ids = await _metric_ids(scope, problems, body.metrics)
     problems.raise_if_any()
-    key = body.key or await v.unique_key(scope, Holdout, v.slugify(body.name))
+    key = body.key or await base.unique_key(scope, Holdout, base.slugify(body.name))
     now = utcnow()
     row = Holdout(
         id=new_id("hld"),
@@ -312,9 +312,9 @@ async def update_holdout(scope: Scope, id_or_key: str, body: s.HoldoutPatch) -> 
     scope.require(Permission.EDIT)
     row = await find_holdout(scope, id_or_key)
     await scope.expect_version(Holdout, Holdout.version, row.version, Holdout.id == row.id)
-    problems = v.Problems()
+    problems = base.Problems()
     if body.name is not msgspec.UNSET:
-        v.check_name(problems, "name", body.name)
+        base.check_name(problems, "name", body.name)
     if body.description is not msgspec.UNSET:
         _check_description(problems, body.description)
     metric_ids = (

@@ -9,7 +9,7 @@ from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import Experiment, FlagMetric, Metric
 from control_plane.db.types import utcnow
-from control_plane.domain import validation as v
+from control_plane.domain import problems as base
 from control_plane.domain.common import Scope
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.paging import Page, paged
@@ -53,7 +53,7 @@ def metric_out(row: Metric) -> s.Metric:
 
 
 def check_currency(
-    problems: v.Problems, aggregation: str, currency: str | None, *, reads_value: bool = True
+    problems: base.Problems, aggregation: str, currency: str | None, *, reads_value: bool = True
 ) -> None:
     """``reads_value``: a ratio with a side summing value (only those sides' events are then
     in the currency)."""
@@ -67,7 +67,7 @@ def check_currency(
         problems.add("currency", "an ISO 4217 code in capitals, e.g. EUR or USD")
 
 
-def check_capping(problems: v.Problems, aggregation: str, capping: s.Capping | None) -> None:
+def check_capping(problems: base.Problems, aggregation: str, capping: s.Capping | None) -> None:
     if capping is None:
         return
     if aggregation not in CAPPED:
@@ -77,16 +77,16 @@ def check_capping(problems: v.Problems, aggregation: str, capping: s.Capping | N
             "numerator)",
         )
     elif capping.type == "absolute":
-        v.check_between(
+        base.check_between(
             problems,
             "capping.value",
             capping.value,
-            v.ABSOLUTE_CAP,
+            base.ABSOLUTE_CAP,
             "an absolute cap in the metric's units (whole minor units: cents)",
         )
     else:
-        v.check_between(
-            problems, "capping.value", capping.value, v.PERCENTILE_CAP, "a percentile, e.g. 0.99"
+        base.check_between(
+            problems, "capping.value", capping.value, base.PERCENTILE_CAP, "a percentile, e.g. 0.99"
         )
 
 
@@ -116,12 +116,12 @@ async def list_metrics(
 EVENT_NAME = "the event name the metric reads: 1 to 200 characters"
 
 
-def _check_event(problems: v.Problems, field: str, event: str) -> None:
+def _check_event(problems: base.Problems, field: str, event: str) -> None:
     if not event.strip() or len(event) > 200:
         problems.add(field, EVENT_NAME)
 
 
-def _metric_event(problems: v.Problems, body: s.MetricCreate) -> str:
+def _metric_event(problems: base.Problems, body: s.MetricCreate) -> str:
     """The event a metric reads (a ratio's numerator's), its parts checked."""
     if body.aggregation != "ratio":
         for side in ("numerator", "denominator"):
@@ -156,27 +156,27 @@ def _reads_value(body: s.MetricCreate) -> bool:
 
 async def create_metric(scope: Scope, body: s.MetricCreate) -> s.Metric:
     scope.require(Permission.EDIT)
-    problems = v.Problems()
-    v.check_name(problems, "name", body.name)
+    problems = base.Problems()
+    base.check_name(problems, "name", body.name)
     event = _metric_event(problems, body)
     if body.key is not None:
-        v.check_key(problems, "key", body.key)
+        base.check_key(problems, "key", body.key)
     if len(body.format) > 32:
         problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
     check_capping(problems, body.aggregation, body.capping)
     check_currency(problems, body.aggregation, body.currency, reads_value=_reads_value(body))
     if body.aggregation == "quantile":
         if body.quantile is None:
-            low, high = v.QUANTILE
+            low, high = base.QUANTILE
             problems.add("quantile", f"the quantile, from {low:g} to {high:g}, e.g. 0.9 for p90")
         else:
-            v.check_between(
-                problems, "quantile", body.quantile, v.QUANTILE, "the quantile, e.g. 0.9 for p90"
+            base.check_between(
+                problems, "quantile", body.quantile, base.QUANTILE, "the quantile, e.g. 0.9 for p90"
             )
     elif body.quantile is not None:
         problems.add("quantile", "only quantile metrics have a quantile")
     problems.raise_if_any()
-    key = body.key or await v.unique_key(scope, Metric, v.slugify(body.name))
+    key = body.key or await base.unique_key(scope, Metric, base.slugify(body.name))
     now = utcnow()
     row = Metric(
         id=new_id("met"),
@@ -213,9 +213,9 @@ async def update_metric(scope: Scope, id_or_key: str, body: s.MetricPatch) -> s.
     scope.require(Permission.EDIT)
     row = await get(scope, id_or_key)
     await expect_current(scope, row)
-    problems = v.Problems()
+    problems = base.Problems()
     if not isinstance(body.name, msgspec.UnsetType):
-        v.check_name(problems, "name", body.name)
+        base.check_name(problems, "name", body.name)
     if not isinstance(body.format, msgspec.UnsetType) and len(body.format) > 32:
         problems.add("format", "at most 32 characters, e.g. currency, percent, usd")
     if not isinstance(body.capping, msgspec.UnsetType):

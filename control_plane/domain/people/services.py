@@ -24,7 +24,7 @@ from control_plane.db.models import ApiKey, ConsoleSession, Invitation, Membersh
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.people import schemas as s
-from control_plane.domain.validation import Problems
+from control_plane.domain.problems import Problems
 from control_plane.errors import ApiError, conflict, not_found
 from shared.keys import hash_token
 

@@ -34,7 +34,7 @@ from control_plane.db.models import (
 )
 from control_plane.db.types import utcnow
 from control_plane.domain.people.services import DEACTIVATED
-from control_plane.domain.validation import Problems
+from control_plane.domain.problems import Problems
 from control_plane.errors import ApiError
 from shared.keys import hash_token
 

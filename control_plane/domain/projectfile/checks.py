@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from control_plane.domain.flags.schemas import RuleIn, ServeIn
+from control_plane.domain.problems import Problems
 from control_plane.domain.projectfile import compare
 from control_plane.domain.projectfile import schemas as s
-from control_plane.domain.validation import Problems
 from shared.engine import prerequisite_cycle
 
 

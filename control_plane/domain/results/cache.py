@@ -3,7 +3,7 @@
 The costly part of a results view is the SQL over exposures and events (the per-arm sums, the
 time series' day increments, the exposed count); the engines' arithmetic on them takes
 milliseconds. Those are kept here, per database (per engine), under the ingest generation read
-*before* computing them (see :mod:`control_plane.db.ingest`): a repeat view while no event or
+*before* computing them (see :mod:`control_plane.db.generation`): a repeat view while no event or
 exposure was written reads nothing but that number, and the first view after a write computes
 afresh. Keys name everything else the value depends on (project, subject, the metrics' full
 definitions, CUPED), so an edited metric or experiment is a different key. Each process keeps
@@ -19,7 +19,7 @@ from weakref import WeakKeyDictionary
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from control_plane.db import ingest
+from control_plane.db import generation
 
 T = TypeVar("T")
 
@@ -34,9 +34,9 @@ async def cached(session: AsyncSession, key: Hashable, compute: Callable[[], Awa
     engine = session.bind
     if engine is None:
         return await compute()
-    generation = await ingest.current(session)
+    seen = await generation.current(session)
     entries = _by_engine.setdefault(engine, OrderedDict())
-    slot = (generation, key)
+    slot = (seen, key)
     if slot in entries:
         entries.move_to_end(slot)
         value: T = entries[slot]

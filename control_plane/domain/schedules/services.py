@@ -15,11 +15,11 @@ from control_plane.db.models import Environment, Flag, ScheduledChange
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.paging import Page, paged
+from control_plane.domain.problems import Problems
 from control_plane.domain.protection import refuse_unapproved
 from control_plane.domain.rows import flag_setting, refuse_archived, variation_indexes
 from control_plane.domain.schedules import schemas as s
-from control_plane.domain.targeting import validation as targeting
-from control_plane.domain.validation import Problems
+from control_plane.domain.targeting import clauses as targeting
 from control_plane.errors import ApiError, not_found
 
 PAST_SLACK = timedelta(minutes=1)  # a clock a little behind still schedules "now"

@@ -12,14 +12,14 @@ from control_plane.access import Permission
 from control_plane.db.ids import new_id
 from control_plane.db.models import Flag, FlagSetting, Segment
 from control_plane.db.types import utcnow
-from control_plane.domain import validation as base
+from control_plane.domain import problems as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.protection import refuse_unapproved_in
 from control_plane.domain.rows import written_once
 from control_plane.domain.segments import schemas as s
 from control_plane.domain.snapshots import segment_snapshot
-from control_plane.domain.targeting import validation as targeting
+from control_plane.domain.targeting import clauses as targeting
 from control_plane.domain.targeting.schemas import clause_out
 from control_plane.errors import conflict, invalid, not_found
 from shared.engine import CompileError, segment_cycle, segments_named, validate_segment

@@ -15,7 +15,7 @@ from control_plane.db.models import OutboxEvent, Webhook, WebhookDelivery
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.paging import paged
-from control_plane.domain.validation import Problems
+from control_plane.domain.problems import Problems
 from control_plane.domain.webhooks import outbox
 from control_plane.domain.webhooks import schemas as s
 from control_plane.domain.webhooks.addresses import url_problem

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 Json = dict[str, Any]
 T = TypeVar("T")
-# ``control_plane.domain.validation.KEY_PATTERN`` (a test keeps them equal), not imported: the
+# ``control_plane.domain.problems.KEY_PATTERN`` (a test keeps them equal), not imported: the
 # CLI converts without loading the control plane's database layer.
 KEY_PATTERN = re.compile(r"^[a-z0-9_.\-]{1,128}$")
 

@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from control_plane.domain.problems import Problems
 from control_plane.domain.targeting.schemas import ClauseIn, ServeIn, WeightIn
-from control_plane.domain.validation import Problems
 from shared.engine.operators import DATE_OPS, NUMBER_OPS, OPERATORS, SEMVER_OPS, STRING_OPS
 from shared.wire import body
 from shared.wire import snapshot as w

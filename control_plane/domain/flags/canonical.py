@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 
 from control_plane.domain.flags import schemas as s
-from control_plane.domain.targeting import validation as targeting
-from control_plane.domain.targeting.validation import clause, serve
-from control_plane.domain.validation import MAX_NAME, Problems
+from control_plane.domain.problems import MAX_NAME, Problems
+from control_plane.domain.targeting import clauses as targeting
+from control_plane.domain.targeting.clauses import clause, serve
 from shared.wire import body
 from shared.wire import snapshot as w
 
