@@ -88,10 +88,6 @@ def test_an_unleash_export_imports_and_serves_what_unleash_would(api: Api) -> No
         in converted.notes
     )
     assert "feature NewCheckout: impressionData (no Vane equivalent)" in converted.notes
-    assert (
-        "feature dark-mode: variants (imported as on or off; its variants are not)"
-        in converted.notes
-    )
     assert apply(api, converted.document)["applied"] is True
     matching = {"key": "u1", "country": "DE", "age": 30, "appVersion": "2.1.0"}
     assert value(api, "newcheckout", matching) is True
@@ -100,8 +96,9 @@ def test_an_unleash_export_imports_and_serves_what_unleash_would(api: Api) -> No
         assert ok(api.post(path, {"context": outside}))["reason"] == "FALLTHROUGH"  # the rollout
     rolled = [value(api, "newcheckout", {"key": f"k{i}"}) for i in range(300)]
     assert 0.18 < rolled.count(True) / 300 < 0.42  # 30 percent: bucketing differs, shares not
-    assert value(api, "dark-mode", {"key": "bob"}) is True
-    assert value(api, "dark-mode", {"key": "carl"}) is False
+    # a feature with variants serves what Unleash's getVariant returns
+    assert value(api, "dark-mode", {"key": "bob"}) == {"name": "blue", "enabled": True}
+    assert value(api, "dark-mode", {"key": "carl"}) == {"name": "disabled", "enabled": False}
     assert value(api, "always", {"key": "x"}) is True  # enabled, no strategy: on
     assert value(api, "dormant", {"key": "x"}) is False
     live = export(api)
@@ -157,3 +154,109 @@ def test_what_cannot_be_converted_is_refused_naming_the_feature(
         unleash.convert(data, "production")
     assert refused.value.where.startswith("feature f strategy")
     assert construct in refused.value.construct
+
+
+VARIANTS: dict[str, Any] = {
+    "features": [{"name": "theme", "type": "experiment"}, {"name": "banner", "type": "release"}],
+    "featureStrategies": [
+        {  # half the units get the feature; among them, the variants by weight
+            "featureName": "theme",
+            "environment": "production",
+            "name": "flexibleRollout",
+            "parameters": {"rollout": "50", "stickiness": "default", "groupId": "theme"},
+            "constraints": [],
+        },
+        {  # a strategy with variants of its own, for the beta testers
+            "featureName": "banner",
+            "environment": "production",
+            "name": "default",
+            "constraints": [{"contextName": "beta", "operator": "IN", "values": ["yes"]}],
+            "variants": [
+                {
+                    "name": "loud",
+                    "weight": 1000,
+                    "weightType": "variable",
+                    "stickiness": "default",
+                    "payload": {"type": "string", "value": "LOUD"},
+                }
+            ],
+        },
+        {"featureName": "banner", "environment": "production", "name": "default"},
+    ],
+    "featureEnvironments": [
+        {
+            "featureName": "theme",
+            "environment": "production",
+            "enabled": True,
+            "variants": [
+                {
+                    "name": "dark",
+                    "weight": 750,
+                    "weightType": "variable",
+                    "stickiness": "default",
+                    "payload": {"type": "json", "value": '{"bg": "#000"}'},
+                    "overrides": [
+                        {"contextName": "userId", "values": [f"vip{i}" for i in range(200)]}
+                    ],
+                },
+                {"name": "light", "weight": 250, "weightType": "variable", "stickiness": "default"},
+            ],
+        },
+        {
+            "featureName": "banner",
+            "environment": "production",
+            "enabled": True,
+            "variants": [{"name": "quiet", "weight": 1000, "stickiness": "default"}],
+        },
+    ],
+}
+
+
+def test_variants_import_as_unleash_serves_them(api: Api) -> None:
+    """A feature's variants (its environment's and a strategy's own, weights, payloads,
+    overrides) served as Unleash's getVariant would: by share, since bucketing differs."""
+    converted = unleash.convert(VARIANTS, "production")
+    assert not [n for n in converted.notes if "variant" in n], converted.notes
+    assert apply(api, converted.document)["applied"] is True
+    dark = {"name": "dark", "enabled": True, "payload": {"type": "json", "value": '{"bg": "#000"}'}}
+    light = {"name": "light", "enabled": True}
+    off = {"name": "disabled", "enabled": False}
+    served = [value(api, "theme", {"key": f"u{i}"}) for i in range(600)]
+    shares = {
+        name: sum(v == x for v in served) / 600
+        for name, x in (("dark", dark), ("light", light), ("off", off))
+    }
+    assert abs(shares["off"] - 0.5) < 0.07, shares  # the gradual rollout: half
+    assert abs(shares["dark"] - 0.375) < 0.07, shares  # 750 of 1,000 of the half
+    assert abs(shares["light"] - 0.125) < 0.05, shares
+    # overridden to dark, within the gradual rollout's share (the rest: disabled)
+    vips = [value(api, "theme", {"key": f"vip{i}"}) for i in range(200)]
+    assert light not in vips
+    assert abs(vips.count(dark) / 200 - 0.5) < 0.1
+    loud = {"name": "loud", "enabled": True, "payload": {"type": "string", "value": "LOUD"}}
+    assert value(api, "banner", {"key": "x", "beta": "yes"}) == loud  # the strategy's own
+    assert value(api, "banner", {"key": "x"}) == {"name": "quiet", "enabled": True}
+    live = next(f for f in export(api)["flags"] if f["key"] == "theme")
+    assert (live["type"], [v["name"] for v in live["variations"]]) == (
+        "json",
+        ["disabled", "dark", "light"],
+    )
+    assert apply(api, converted.document)["applied"] is False  # the same file: nothing to do
+
+
+def test_a_variant_without_a_whole_weight_is_refused_naming_the_feature() -> None:
+    data = {
+        **VARIANTS,
+        "featureEnvironments": [
+            {
+                "featureName": "theme",
+                "environment": "production",
+                "enabled": True,
+                "variants": [{"name": "dark", "weight": "lots"}],
+            }
+        ],
+    }
+    with pytest.raises(Refused) as refused:
+        unleash.convert(data, "production")
+    assert refused.value.where.startswith("feature theme")
+    assert "weight 'lots'" in refused.value.construct

@@ -7,7 +7,15 @@ strategies holds. Each becomes a boolean Vane flag (``true`` idx 0, ``false`` id
 serve ``true`` where a strategy holds: the strategy's constraints and segments as clauses, a
 ``flexibleRollout`` as a rollout of ``true`` and ``false`` by its stickiness, ``userWithId`` as a
 clause on the key; ``false`` otherwise. Strategies that always serve ``true`` go first (the
-order of an ``or`` does not matter): then a single gradual rollout converts exactly."""
+order of an ``or`` does not matter): then a single gradual rollout converts exactly.
+
+A feature with variants (its environment's, or a strategy's own) becomes a ``json`` flag whose
+values are what Unleash's ``getVariant`` returns: ``{"name": "disabled", "enabled": false}``
+(idx 0, served where no strategy holds or the feature is off) and each variant's
+``{"name", "enabled": true, "payload"}``. Where a strategy holds it serves its variants (a
+strategy's own, else the environment's) as a rollout by their weights and stickiness, inside a
+gradual rollout's share; a variant's overrides are rules before the strategy's, on the same
+clauses plus the override's, serving the variant (inside the gradual rollout's share)."""
 
 from __future__ import annotations
 
@@ -41,6 +49,10 @@ OPERATORS = {
     "SEMVER_LT": ("semVerLessThan", False),
 }
 ON, OFF = 0, 1
+DISABLED: Json = {
+    "name": "disabled",
+    "enabled": False,
+}  # Unleash's variant of a feature that is off
 STICKINESS = {"default": "key", "userId": "key", "random": None}
 
 
@@ -120,6 +132,99 @@ def _of_environment(
     return False, strategies.get(name, []), []
 
 
+class _Variants:
+    """A feature's variants as one flag's variations: ``disabled`` first (idx 0), then every
+    variant of the environment and of its strategies, each once."""
+
+    def __init__(self, where: str, found: list[Any], strategies: list[Any]) -> None:
+        self.where = where
+        self.feature = [v for v in found if isinstance(v, Mapping)]
+        self.values: list[Json] = [DISABLED]
+        for variant in [*self.feature, *(v for s in strategies for v in _own_variants(s))]:
+            self.idx(variant)
+
+    def idx(self, variant: Mapping[str, Any]) -> int:
+        name = variant.get("name")
+        if not isinstance(name, str) or not name:
+            raise Refused(self.where, f"a variant without a name: {variant!r}")
+        value: Json = {"name": name, "enabled": True}
+        if variant.get("payload") is not None:
+            value["payload"] = variant["payload"]
+        if value not in self.values:
+            self.values.append(value)
+        return self.values.index(value)
+
+    def serve(self, where: str, strategy: Mapping[str, Any], percent: int) -> Json:
+        """The variants the strategy serves, as a rollout within ``percent`` of its units."""
+        variants = _own_variants(strategy) or self.feature
+        if not variants:
+            raise Refused(where, "no variants to serve (the feature has some elsewhere)")
+        weights = [(self.idx(v), _weight(where, v)) for v in variants]
+        total = sum(w for _, w in weights)
+        if total <= 0:
+            raise Refused(where, "variants with no weight")
+        units = [(i, w * percent * 1000 // total) for i, w in weights]  # thousandths of a percent
+        units[-1] = (units[-1][0], units[-1][1] + percent * 1000 - sum(u for _, u in units))
+        if percent < 100:
+            units.append((0, (100 - percent) * 1000))
+        merged: dict[int, int] = {}
+        for i, u in units:
+            if u:
+                merged[i] = merged.get(i, 0) + u
+        if len(merged) == 1:
+            return {"variation": next(iter(merged))}
+        served: Json = {"rollout": [{"idx": i, "weight": u / 1000} for i, u in merged.items()]}
+        bucket_by = _bucket_by(where, str(variants[0].get("stickiness") or "default"))
+        if bucket_by != "key":
+            served["bucketBy"] = bucket_by
+        return served
+
+    def overrides(self, rule: Json, strategy: Mapping[str, Any], percent: int) -> list[Json]:
+        """Rules serving a variant to the contexts its overrides name, where the strategy holds
+        (within a gradual rollout's share: the rest get ``disabled``, as in Unleash)."""
+        stickiness = (strategy.get("parameters") or {}).get("stickiness") or "default"
+        bucket_by = _bucket_by(self.where, str(stickiness))
+        found = []
+        for variant in _own_variants(strategy) or self.feature:
+            for override in variant.get("overrides") or []:
+                attribute = str(override.get("contextName") or "")
+                values = [str(v) for v in override.get("values") or []]
+                if not attribute or not values:
+                    continue
+                clause = {
+                    "attribute": "key" if attribute == "userId" else attribute,
+                    "op": "in",
+                    "values": values,
+                    "negate": False,
+                }
+                idx = self.idx(variant)
+                serve: Json = {"variation": idx}
+                if percent < 100:
+                    serve = {
+                        "rollout": [
+                            {"idx": idx, "weight": percent},
+                            {"idx": 0, "weight": 100 - percent},
+                        ]
+                    }
+                    if bucket_by != "key":
+                        serve["bucketBy"] = bucket_by
+                found.append({"clauses": [*rule["clauses"], clause], "serve": serve})
+        return found
+
+
+def _own_variants(strategy: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [v for v in strategy.get("variants") or [] if isinstance(v, Mapping)]
+
+
+def _weight(where: str, variant: Mapping[str, Any]) -> int:
+    weight = variant.get("weight", 0)
+    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+        raise Refused(
+            where, f"variant {variant.get('name')!r} weight {weight!r}: not a whole number"
+        )
+    return weight
+
+
 def _flag(
     feature: Mapping[str, Any],
     environment: str,
@@ -131,8 +236,6 @@ def _flag(
     key = check_key("feature", feature.get("name"), notes)
     where = f"feature {feature.get('name')}"
     on, found, variants = _of_environment(feature, environment, strategies, enabled)
-    if variants or any(s.get("variants") for s in found):
-        notes.append(f"{where}: variants (imported as on or off; its variants are not)")
     if feature.get("impressionData"):
         notes.append(f"{where}: impressionData (no Vane equivalent)")
     live = sorted(
@@ -140,32 +243,52 @@ def _flag(
     )
     if len(live) < len(found):
         notes.append(f"{where}: disabled strategies (not imported)")
-    rules = [_rule(where, s, segments, notes) for s in live]
-    rules.sort(key=lambda r: "rollout" in r["serve"])  # a stable sort: certain ones first
-    if sum("rollout" in r["serve"] for r in rules) > 1:
+    chosen = (
+        _Variants(where, variants, live)
+        if variants or any(_own_variants(s) for s in live)
+        else None
+    )
+    rules: list[Json] = []
+    for strategy in live:
+        rule = _rule(where, strategy, segments, notes, chosen)
+        if chosen is not None:
+            name = strategy.get("name") or strategy.get("strategyName")
+            parameters = strategy.get("parameters") or {}
+            percent = _percent(where, parameters) if name == "flexibleRollout" else 100
+            rules += chosen.overrides(rule, strategy, percent)
+        rules.append(rule)
+    off = OFF if chosen is None else 0
+    # a stable sort: the rules that never serve "off" first (an "or" of strategies keeps its
+    # meaning), then the gradual rollouts
+    rules.sort(key=lambda r: _may_serve(r["serve"], off))
+    if sum(_may_serve(r["serve"], off) for r in rules) > 1:
         notes.append(
             f"{where}: several gradual rollouts (a context matching two gets the first's chance "
             "only, not either's)"
         )
-    fallthrough: Json = {"variation": ON if not found else OFF}  # no strategy: the state
+    fallthrough: Json = {"variation": off}
+    if not found:  # no strategy: on for everyone, as the environment's state says
+        fallthrough = {"variation": ON} if chosen is None else chosen.serve(where, {}, 100)
     for i, rule in enumerate(rules):
         if not rule["clauses"]:  # holds for everyone: what follows never decides
             fallthrough, rules = rule["serve"], rules[:i]
             break
+    variations = (
+        [{"value": True, "idx": ON, "name": "on"}, {"value": False, "idx": OFF, "name": "off"}]
+        if chosen is None
+        else [{"value": v, "idx": i, "name": v["name"]} for i, v in enumerate(chosen.values)]
+    )
     return {
         "key": key,
         "name": key,
         "description": str(feature.get("description") or ""),
-        "type": "boolean",
+        "type": "boolean" if chosen is None else "json",
         "temporary": feature.get("type", "release") in ("release", "experiment"),
-        "variations": [
-            {"value": True, "idx": ON, "name": "on"},
-            {"value": False, "idx": OFF, "name": "off"},
-        ],
+        "variations": variations,
         "environments": {
             environment: {
                 "enabled": on,
-                "offVariation": OFF,
+                "offVariation": off,
                 "fallthrough": fallthrough,
                 "rules": rules,
             }
@@ -173,11 +296,17 @@ def _flag(
     }
 
 
+def _may_serve(serve: Json, off: int) -> bool:
+    """Whether ``serve`` gives some units the feature's off value (a gradual rollout)."""
+    return serve.get("variation") == off or any(w["idx"] == off for w in serve.get("rollout") or [])
+
+
 def _rule(
     where: str,
     strategy: Mapping[str, Any],
     segments: Mapping[Any, tuple[Json, str]],
     notes: list[str],
+    variants: _Variants | None = None,
 ) -> Json:
     name = strategy.get("name") or strategy.get("strategyName")
     where = f"{where} strategy {name}"
@@ -187,33 +316,54 @@ def _rule(
         if id_ not in segments:
             raise Refused(where, f"segment {id_!r}, not in the export")
         clauses.append({"op": "segmentMatch", "values": [segments[id_][1]], "negate": False})
-    serve: Json = {"variation": ON}
+    percent = 100
     if name == "userWithId":
         ids = [u.strip() for u in str(parameters.get("userIds") or "").split(",") if u.strip()]
         clauses.append({"attribute": "key", "op": "in", "values": ids, "negate": False})
     elif name == "flexibleRollout":
-        serve = _rollout(where, parameters)
+        percent = _percent(where, parameters)
     elif name != "default":
         raise Refused(
             where, f"the strategy {name!r} (Vane converts default, flexibleRollout, userWithId)"
         )
+    if variants is not None:
+        serve = variants.serve(where, strategy, percent)
+        rollout_by = _bucket_by(where, str(parameters.get("stickiness") or "default"))
+        if percent < 100 and serve.get("bucketBy", "key") != rollout_by:
+            notes.append(
+                f"{where}: the rollout's stickiness and the variants' differ (one rollout by "
+                "the variants')"
+            )
+    elif name == "flexibleRollout":
+        serve = _rollout(where, parameters, percent)
+    else:
+        serve = {"variation": ON}
     rule: Json = {"clauses": clauses, "serve": serve}
     if strategy.get("title"):
         rule["description"] = str(strategy["title"])
     return rule
 
 
-def _rollout(where: str, parameters: Mapping[str, Any]) -> Json:
+def _percent(where: str, parameters: Mapping[str, Any]) -> int:
     try:
         percent = int(str(parameters.get("rollout", "100")))
     except ValueError:
         raise Refused(where, f"rollout {parameters.get('rollout')!r}: not a percent") from None
     if not 0 <= percent <= 100:
         raise Refused(where, f"rollout {percent}: not a percent")
-    stickiness = str(parameters.get("stickiness") or "default")
+    return percent
+
+
+def _bucket_by(where: str, stickiness: str) -> str:
     bucket_by = STICKINESS.get(stickiness, stickiness)
     if bucket_by is None:
         raise Refused(where, "random stickiness (Vane buckets by an attribute)")
+    return bucket_by
+
+
+def _rollout(where: str, parameters: Mapping[str, Any], percent: int) -> Json:
+    """On for ``percent`` of the units, by the strategy's stickiness."""
+    bucket_by = _bucket_by(where, str(parameters.get("stickiness") or "default"))
     if percent in (0, 100):
         return {"variation": ON if percent == 100 else OFF}
     served: Json = {
