@@ -36,7 +36,7 @@ from control_plane.entry.oneshot import in_project
 from control_plane.entry.up import cmd_up as run_up
 from control_plane.errors import ApiError
 from control_plane.publishing.hub import Hub
-from shared.serving import Embedded, run_embedded
+from shared.serving import Embedded, leave_now, run_embedded
 
 
 def print_issued(issued: Sequence[IssuedKey], out: Any = sys.stdout) -> None:
@@ -83,7 +83,7 @@ def cmd_control_plane(args: argparse.Namespace) -> int:
             hub.close_all()
 
         run_embedded(Embedded(create_app, args.host, args.port, stopping))
-        return 0
+        leave_now()
     from granian import Granian
 
     Granian(
