@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from control_plane.domain.flags.schemas import RuleIn, ServeIn
-from control_plane.domain.projectfile import compare
+from control_plane.domain.projectfile import compare, experiments
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.validation import Problems
 from shared.engine import prerequisite_cycle
@@ -112,9 +112,11 @@ def _metrics(problems: Problems, doc: s.ProjectDoc, live: s.ProjectDoc) -> None:
                 )
 
 
-def check(doc: s.ProjectDoc, live: s.ProjectDoc) -> None:
-    """422 naming every problem's path in ``doc``, or nothing."""
+def check(doc: s.ProjectDoc, live: s.ProjectDoc, exposed: dict[str, int] | None = None) -> None:
+    """422 naming every problem's path in ``doc``, or nothing. ``exposed``: the live
+    experiments' units exposed (what can still change depends on it)."""
     problems = Problems()
+    experiments.check(problems, doc, live, exposed or {})
     _twice(problems, "environments", (e.key for e in doc.environments))
     _twice(problems, "segments", (x.key for x in doc.segments))
     _twice(problems, "flags", (f.key for f in doc.flags))

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from control_plane.domain.experiments.schemas import Engine, ExperimentType, Status, VariantIn
 from control_plane.domain.flags.schemas import (
     FlagType,
     PrerequisiteIn,
@@ -82,6 +83,33 @@ class MetricDoc(MetricCreate, kw_only=True):
     key: str
 
 
+class ExperimentDoc(ApiIn, kw_only=True):
+    """An experiment's definition, in the shape ``POST /experiments`` takes (its results are
+    never in the document). ``type``, ``unitKind``, the variants' keys and weights cannot change
+    once it is made; ``url``, ``selector``, ``goal`` and the variants' content once units are
+    exposed; ``layer`` and ``traffic`` unless it is (or goes back to) a draft. ``status`` moves
+    as ``PUT /experiments/{key}/status`` allows; ``primary`` and ``guardrails`` are its metrics'
+    keys, as ``PUT /experiments/{key}/metrics`` sets them."""
+
+    key: str
+    name: str | None = None  # none: the key
+    description: str = ""
+    type: ExperimentType = "manual"
+    status: Status | None = None  # none: as it is (a new one: draft)
+    url: str = "*"
+    selector: str | None = None
+    goal: str | None = None  # none: ``cta_click`` (a manual experiment names its goal)
+    stats_engine: Engine = "frequentist"
+    variants: list[VariantIn] | None = None  # none: ``control`` and ``treatment``, equal shares
+    cuped: bool = False
+    unit_kind: str = "user"
+    layer: str | None = None
+    traffic: float = 1.0
+    dimensions: list[str] = msgspec.field(default_factory=list)
+    primary: str | None = None
+    guardrails: list[str] = msgspec.field(default_factory=list)
+
+
 class ProjectDoc(ApiIn):
     """A project as one document: sorted by key, rule ids kept, so a diff in git shows only
     what changed."""
@@ -91,6 +119,7 @@ class ProjectDoc(ApiIn):
     segments: list[SegmentDoc] = msgspec.field(default_factory=list)
     flags: list[FlagDoc] = msgspec.field(default_factory=list)
     metrics: list[MetricDoc] = msgspec.field(default_factory=list)
+    experiments: list[ExperimentDoc] = msgspec.field(default_factory=list)
 
 
 class PlanIn(ApiIn):
@@ -111,7 +140,7 @@ class ApplyIn(ApiIn):
 # --- answers ----------------------------------------------------------------------------------
 
 Action = Literal["create", "update", "archive", "restore", "delete", "propose"]
-Kind = Literal["environment", "segment", "flag", "setting", "metric"]
+Kind = Literal["environment", "segment", "flag", "setting", "metric", "experiment"]
 
 
 class FieldChange(ApiOut):

@@ -90,7 +90,7 @@ def _opened(made: cr.ChangeRequest, items: list[ChangeIn], *, already: bool) -> 
 async def _planned(scope: Scope, document: s.ProjectDoc, prune: bool) -> tuple[Live, Planner]:
     scope.require(Permission.EDIT)
     live = await read_live(scope)
-    check(document, live.doc)
+    check(document, live.doc, live.exposed)
     return live, plan(document, live, prune=prune)
 
 

@@ -1,0 +1,56 @@
+"""The live experiments as the document's structs, sorted by key, each read through its domain's
+own answer (``experiment_out``), so the document says what the API says; results never."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from control_plane.db.models import Experiment
+from control_plane.domain.common import Scope
+from control_plane.domain.experiments import schemas as ex
+from control_plane.domain.experiments.services import experiment_out
+from control_plane.domain.projectfile import schemas as s
+
+
+def experiment_doc(out: ex.Experiment) -> s.ExperimentDoc:
+    return s.ExperimentDoc(
+        key=out.key,
+        name=out.name,
+        description=out.description,
+        type=out.type,  # type: ignore[arg-type]  # stored from ExperimentType
+        status=out.status,  # type: ignore[arg-type]  # stored from Status
+        url=out.url,
+        selector=out.selector,
+        goal=out.goal,
+        stats_engine=out.stats_engine,  # type: ignore[arg-type]  # stored from Engine
+        variants=[
+            ex.VariantIn(
+                key=v.key, content=v.content, href=v.href, bg=v.bg, color=v.color, weight=v.weight
+            )
+            for v in out.variants
+        ],
+        cuped=out.cuped,
+        unit_kind=out.unit_kind,
+        layer=out.layer,
+        traffic=out.traffic,
+        dimensions=list(out.dimensions),
+        primary=out.primary,
+        guardrails=list(out.guardrails),
+    )
+
+
+async def experiments(
+    scope: Scope, versions: dict[str, int], exposed: dict[str, int]
+) -> list[s.ExperimentDoc]:
+    """Each experiment, its version noted in ``versions`` and its units exposed in ``exposed``
+    (what can still change depends on them)."""
+    rows = await scope.session.scalars(
+        select(Experiment).where(Experiment.project_id == scope.project_id).order_by(Experiment.key)
+    )
+    out = []
+    for row in rows:
+        answer = await experiment_out(scope, row)
+        out.append(experiment_doc(answer))
+        versions[f"experiment:{row.key}"] = row.version
+        exposed[row.key] = answer.exposed
+    return out
