@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from control_plane.domain.flags.schemas import RuleIn, ServeIn
-from control_plane.domain.projectfile import compare, experiments
+from control_plane.domain.projectfile import compare, experiments, layers
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.validation import Problems
 from shared.engine import prerequisite_cycle
@@ -116,6 +116,7 @@ def check(doc: s.ProjectDoc, live: s.ProjectDoc, exposed: dict[str, int] | None 
     """422 naming every problem's path in ``doc``, or nothing. ``exposed``: the live
     experiments' units exposed (what can still change depends on it)."""
     problems = Problems()
+    layers.check(problems, doc, live)
     experiments.check(problems, doc, live, exposed or {})
     _twice(problems, "environments", (e.key for e in doc.environments))
     _twice(problems, "segments", (x.key for x in doc.segments))

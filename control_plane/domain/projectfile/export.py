@@ -185,7 +185,7 @@ async def _metrics(scope: Scope, live: Live) -> None:
 
 async def read_live(scope: Scope) -> Live:
     """The project as it is now, sorted by key: environments, segments, flags, metrics,
-    experiments."""
+    layers, holdouts, experiments."""
     live = Live(s.ProjectDoc(), {}, {})
     envs = sorted(await scope.environments(), key=lambda e: e.key)
     live.doc.environments = [_environment(e) for e in envs]
@@ -204,5 +204,7 @@ async def read_live(scope: Scope) -> Live:
         live.doc.flags.append(_flag(flag, settings.get(flag.key, {})))
         live.versions[f"flag:{flag.key}"] = flag.version
     await _metrics(scope, live)
+    live.doc.layers = await readers.layers(scope, live.versions)
+    live.doc.holdouts = await readers.holdouts(scope, live.versions)
     live.doc.experiments = await readers.experiments(scope, live.versions, live.exposed)
     return live

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from control_plane.domain.changes.schemas import ChangeIn
-from control_plane.domain.projectfile import compare, experiments, steps
+from control_plane.domain.projectfile import compare, experiments, layers, steps
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile.export import Live
 from control_plane.domain.projectfile.steps import Phase, Run, Step
@@ -62,6 +62,8 @@ class Planner:
         wanted |= {f"segment:{x.key}" for x in doc.segments} | {f"flag:{f.key}" for f in doc.flags}
         wanted |= {f"setting:{f.key}/{env}" for f in doc.flags for env in f.environments}
         wanted |= {f"metric:{m.key}" for m in doc.metrics}
+        wanted |= {f"layer:{x.key}" for x in doc.layers}
+        wanted |= {f"holdout:{x.key}" for x in doc.holdouts}
         wanted |= {f"experiment:{x.key}" for x in doc.experiments}
         if self.prune:
             wanted |= set(self.live.versions)
@@ -258,5 +260,6 @@ def plan(doc: s.ProjectDoc, live: Live, *, prune: bool) -> Planner:
     _segments(planner)
     _flags(planner)
     _metrics(planner)
+    layers.plan(planner)
     experiments.plan(planner)
     return planner

@@ -1,14 +1,16 @@
-"""The live experiments as the document's structs, sorted by key, each read through its domain's
-own answer (``experiment_out``), so the document says what the API says; results never."""
+"""The live experiments, layers and holdouts as the document's structs, sorted by key, each read
+through its domain's own answer (``experiment_out``, ``holdout_out``), so the document says what
+the API says; results never."""
 
 from __future__ import annotations
 
 from sqlalchemy import select
 
-from control_plane.db.models import Experiment
+from control_plane.db.models import Experiment, Holdout, Layer
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import schemas as ex
 from control_plane.domain.experiments.services import experiment_out
+from control_plane.domain.layers.services import holdout_out
 from control_plane.domain.projectfile import schemas as s
 
 
@@ -53,4 +55,37 @@ async def experiments(
         out.append(experiment_doc(answer))
         versions[f"experiment:{row.key}"] = row.version
         exposed[row.key] = answer.exposed
+    return out
+
+
+async def layers(scope: Scope, versions: dict[str, int]) -> list[s.LayerDoc]:
+    rows = await scope.session.scalars(
+        select(Layer).where(Layer.project_id == scope.project_id).order_by(Layer.key)
+    )
+    out = []
+    for row in rows:
+        out.append(s.LayerDoc(key=row.key, name=row.name, description=row.description))
+        versions[f"layer:{row.key}"] = row.version
+    return out
+
+
+async def holdouts(scope: Scope, versions: dict[str, int]) -> list[s.HoldoutDoc]:
+    rows = await scope.session.scalars(
+        select(Holdout).where(Holdout.project_id == scope.project_id).order_by(Holdout.key)
+    )
+    out = []
+    for row in rows:
+        answer = await holdout_out(scope, row)
+        out.append(
+            s.HoldoutDoc(
+                key=answer.key,
+                name=answer.name,
+                description=answer.description,
+                share=answer.share,
+                layer=answer.layer,
+                metrics=list(answer.metrics),
+                status=answer.status,  # type: ignore[arg-type]  # stored from HoldoutStatus
+            )
+        )
+        versions[f"holdout:{row.key}"] = row.version
     return out

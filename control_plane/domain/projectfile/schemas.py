@@ -19,6 +19,7 @@ from control_plane.domain.flags.schemas import (
     TargetIn,
     VariationIn,
 )
+from control_plane.domain.layers.schemas import HoldoutStatus
 from control_plane.domain.metrics.schemas import MetricCreate
 from control_plane.domain.schemas import ApiIn, ApiOut
 from control_plane.domain.segments.schemas import ContextKeysIn, SegmentRuleIn
@@ -83,6 +84,28 @@ class MetricDoc(MetricCreate, kw_only=True):
     key: str
 
 
+class LayerDoc(ApiIn):
+    """A layer: experiments that must not share units (``POST /layers``)."""
+
+    key: str
+    name: str | None = None  # none: the key
+    description: str = ""
+
+
+class HoldoutDoc(ApiIn, kw_only=True):
+    """A holdout, in the shape ``POST /holdouts`` takes (its results never in the document):
+    ``share`` and ``layer`` cannot change once it is made; ``status`` moves between running and
+    stopped."""
+
+    key: str
+    name: str | None = None  # none: the key
+    description: str = ""
+    share: float  # the fraction of units held out: 0.05 is 5 %
+    layer: str | None = None  # none: every experiment of the project
+    metrics: list[str]  # metrics' keys, the first one primary
+    status: HoldoutStatus | None = None  # none: as it is (a new one: running)
+
+
 class ExperimentDoc(ApiIn, kw_only=True):
     """An experiment's definition, in the shape ``POST /experiments`` takes (its results are
     never in the document). ``type``, ``unitKind``, the variants' keys and weights cannot change
@@ -119,6 +142,8 @@ class ProjectDoc(ApiIn):
     segments: list[SegmentDoc] = msgspec.field(default_factory=list)
     flags: list[FlagDoc] = msgspec.field(default_factory=list)
     metrics: list[MetricDoc] = msgspec.field(default_factory=list)
+    layers: list[LayerDoc] = msgspec.field(default_factory=list)
+    holdouts: list[HoldoutDoc] = msgspec.field(default_factory=list)
     experiments: list[ExperimentDoc] = msgspec.field(default_factory=list)
 
 
@@ -140,7 +165,9 @@ class ApplyIn(ApiIn):
 # --- answers ----------------------------------------------------------------------------------
 
 Action = Literal["create", "update", "archive", "restore", "delete", "propose"]
-Kind = Literal["environment", "segment", "flag", "setting", "metric", "experiment"]
+Kind = Literal[
+    "environment", "segment", "flag", "setting", "metric", "experiment", "layer", "holdout"
+]
 
 
 class FieldChange(ApiOut):
