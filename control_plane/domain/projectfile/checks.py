@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from control_plane.domain.flags.schemas import RuleIn, ServeIn
-from control_plane.domain.projectfile import compare, experiments, layers
+from control_plane.domain.projectfile import compare, experiments, layers, webhooks
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.validation import Problems
 from shared.engine import prerequisite_cycle
@@ -118,6 +118,7 @@ def check(doc: s.ProjectDoc, live: s.ProjectDoc, exposed: dict[str, int] | None 
     problems = Problems()
     layers.check(problems, doc, live)
     experiments.check(problems, doc, live, exposed or {})
+    webhooks.check(problems, doc, live)
     _twice(problems, "environments", (e.key for e in doc.environments))
     _twice(problems, "segments", (x.key for x in doc.segments))
     _twice(problems, "flags", (f.key for f in doc.flags))

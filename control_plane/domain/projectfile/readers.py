@@ -1,4 +1,4 @@
-"""The live experiments, layers and holdouts as the document's structs, sorted by key, each read
+"""The live experiments, layers, holdouts and webhooks (never their secrets) as the document's structs, sorted by key, each read
 through its domain's own answer (``experiment_out``, ``holdout_out``), so the document says what
 the API says; results never."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from control_plane.db.models import Experiment, Holdout, Layer
+from control_plane.db.models import Experiment, Holdout, Layer, Webhook
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import schemas as ex
 from control_plane.domain.experiments.services import experiment_out
@@ -88,4 +88,26 @@ async def holdouts(scope: Scope, versions: dict[str, int]) -> list[s.HoldoutDoc]
             )
         )
         versions[f"holdout:{row.key}"] = row.version
+    return out
+
+
+async def webhooks(scope: Scope, versions: dict[str, int]) -> list[s.WebhookDoc]:
+    """Each webhook by its url, its secret left out; two with the same url are both listed (a
+    document naming that url is refused until one is changed or deleted with the API)."""
+    rows = await scope.session.scalars(
+        select(Webhook)
+        .where(Webhook.project_id == scope.project_id)
+        .order_by(Webhook.url, Webhook.id)
+    )
+    out = []
+    for row in rows:
+        out.append(
+            s.WebhookDoc(
+                url=row.url,
+                events=list(row.events),
+                description=row.description,
+                enabled=row.enabled,
+            )
+        )
+        versions[f"webhook:{row.url}"] = max(versions.get(f"webhook:{row.url}", 0), row.version)
     return out

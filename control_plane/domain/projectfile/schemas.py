@@ -133,6 +133,17 @@ class ExperimentDoc(ApiIn, kw_only=True):
     guardrails: list[str] = msgspec.field(default_factory=list)
 
 
+class WebhookDoc(ApiIn):
+    """A webhook, named by its ``url`` (webhooks have ids, not keys): what ``POST /webhooks``
+    takes but its secret, which is never in the document (one made from a document gets a
+    generated secret that is never shown: set your own with ``PATCH /webhooks/{id}``)."""
+
+    url: str
+    events: list[str]
+    description: str = ""
+    enabled: bool = True
+
+
 class ProjectDoc(ApiIn):
     """A project as one document: sorted by key, rule ids kept, so a diff in git shows only
     what changed."""
@@ -145,6 +156,7 @@ class ProjectDoc(ApiIn):
     layers: list[LayerDoc] = msgspec.field(default_factory=list)
     holdouts: list[HoldoutDoc] = msgspec.field(default_factory=list)
     experiments: list[ExperimentDoc] = msgspec.field(default_factory=list)
+    webhooks: list[WebhookDoc] = msgspec.field(default_factory=list)  # sorted by url
 
 
 class PlanIn(ApiIn):
@@ -166,7 +178,15 @@ class ApplyIn(ApiIn):
 
 Action = Literal["create", "update", "archive", "restore", "delete", "propose"]
 Kind = Literal[
-    "environment", "segment", "flag", "setting", "metric", "experiment", "layer", "holdout"
+    "environment",
+    "segment",
+    "flag",
+    "setting",
+    "metric",
+    "experiment",
+    "layer",
+    "holdout",
+    "webhook",
 ]
 
 
@@ -189,6 +209,8 @@ class Plan(ApiOut):
     unchanged: list[str]  # left alone: ``flag checkout``, ``setting checkout/production``
     versions: dict[str, int]  # the live versions read: hand them to apply
     has_changes: bool
+    # what to do by hand: a new webhook's secret to set, keys in the document that are not live
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class OpenedRequest(ApiOut):

@@ -29,7 +29,7 @@ class Phase(IntEnum):
     before the flags that name them, segments deleted once no rule uses them, a new
     environment's protection last (it starts as the document says). Layers and holdouts after
     the metrics they name, experiments after their layers and before a metric they stop using
-    is deleted."""
+    is deleted. Webhooks, which nothing else names, at the end."""
 
     ENVIRONMENT = 0
     SEGMENT = 1
@@ -41,6 +41,7 @@ class Phase(IntEnum):
     ARCHIVE = 7
     DELETE = 8
     PROTECT = 9
+    WEBHOOK = 10
 
 
 @dataclass(frozen=True, slots=True)
