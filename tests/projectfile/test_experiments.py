@@ -218,3 +218,20 @@ def test_the_schema_describes_experiments(api: Api) -> None:
         experiment["properties"]
     )
     assert "results" not in experiment["properties"]
+
+
+def test_an_exposed_experiments_page_is_fixed_even_with_its_variants_changed(api: Api) -> None:
+    _seed(api)
+    ok(api.post("/experiments/hero/assign", {"unit": "u1", "url": "/home"}))
+    document = export(api)
+    hero_at = [x["key"] for x in document["experiments"]].index("hero")
+    changed = edited(document)
+    hero = _experiment(changed, "hero")
+    hero["url"] = "/elsewhere"
+    hero["variants"][1]["key"] = "renamed"
+    refused = api.post("/plan", {"document": changed})
+    assert refused.status_code == 422, refused.text
+    assert {d["field"] for d in refused.json()["error"]["details"]} == {
+        f"experiments[{hero_at}].url",
+        f"experiments[{hero_at}].variants",
+    }

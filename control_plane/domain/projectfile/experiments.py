@@ -108,7 +108,8 @@ def _moving(
     unless it is, or goes back to, a draft."""
     if exposed:
         for name in PAGE:
-            if _changed(old.get(name), after.get(name)) and _shape(old) == _shape(after):
+            reported = name == "variants" and _shape(old) != _shape(after)  # by _fixed
+            if _changed(old.get(name), after.get(name)) and not reported:
                 problems.add(
                     f"{path}.{name}",
                     f"cannot change once units are exposed ({exposed}): start a new experiment "
