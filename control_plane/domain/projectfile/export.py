@@ -185,7 +185,7 @@ async def _metrics(scope: Scope, live: Live) -> None:
 
 async def read_live(scope: Scope) -> Live:
     """The project as it is now, sorted by key: environments, segments, flags, metrics,
-    layers, holdouts, experiments; webhooks by url."""
+    layers, holdouts, experiments; webhooks by url; keys by kind, environment and name."""
     live = Live(s.ProjectDoc(), {}, {})
     envs = sorted(await scope.environments(), key=lambda e: e.key)
     live.doc.environments = [_environment(e) for e in envs]
@@ -208,4 +208,5 @@ async def read_live(scope: Scope) -> Live:
     live.doc.holdouts = await readers.holdouts(scope, live.versions)
     live.doc.experiments = await readers.experiments(scope, live.versions, live.exposed)
     live.doc.webhooks = await readers.webhooks(scope, live.versions)
+    live.doc.keys = await readers.keys(scope)
     return live

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from control_plane.domain.changes.schemas import ChangeIn
-from control_plane.domain.projectfile import compare, experiments, layers, steps, webhooks
+from control_plane.domain.projectfile import compare, experiments, keys, layers, steps, webhooks
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile.export import Live
 from control_plane.domain.projectfile.steps import Phase, Run, Step
@@ -267,4 +267,5 @@ def plan(doc: s.ProjectDoc, live: Live, *, prune: bool, webhook_private: str = "
     layers.plan(planner)
     experiments.plan(planner)
     webhooks.plan(planner)
+    keys.plan(planner)
     return planner

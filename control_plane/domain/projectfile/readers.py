@@ -1,4 +1,4 @@
-"""The live experiments, layers, holdouts and webhooks (never their secrets) as the document's structs, sorted by key, each read
+"""The live experiments, layers, holdouts, webhooks and keys (never their secrets) as the document's structs, sorted by key, each read
 through its domain's own answer (``experiment_out``, ``holdout_out``), so the document says what
 the API says; results never."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from control_plane.db.models import Experiment, Holdout, Layer, Webhook
+from control_plane.db.models import ApiKey, Environment, Experiment, Holdout, Layer, Webhook
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import schemas as ex
 from control_plane.domain.experiments.services import experiment_out
@@ -111,3 +111,29 @@ async def webhooks(scope: Scope, versions: dict[str, int]) -> list[s.WebhookDoc]
         )
         versions[f"webhook:{row.url}"] = max(versions.get(f"webhook:{row.url}", 0), row.version)
     return out
+
+
+async def keys(scope: Scope) -> list[s.KeyDoc]:
+    """The project's keys not revoked (personal tokens are their people's, not the project's),
+    by kind, environment, name and then issue order; never a token nor its hint."""
+    rows = (
+        await scope.session.execute(
+            select(ApiKey, Environment.key)
+            .outerjoin(Environment, Environment.id == ApiKey.environment_id)
+            .where(
+                ApiKey.project_id == scope.project_id,
+                ApiKey.user_id.is_(None),
+                ApiKey.revoked_at.is_(None),
+            )
+        )
+    ).all()
+    ordered = sorted(rows, key=lambda r: (r[0].kind, r[1] or "", r[0].name, r[0].id))
+    return [
+        s.KeyDoc(
+            kind=row.kind,  # type: ignore[arg-type]  # stored from KindName
+            name=row.name,
+            environment=env_key,
+            role=row.role if row.kind == "management" else None,  # type: ignore[arg-type]
+        )
+        for row, env_key in ordered
+    ]

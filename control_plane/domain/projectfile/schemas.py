@@ -19,6 +19,7 @@ from control_plane.domain.flags.schemas import (
     TargetIn,
     VariationIn,
 )
+from control_plane.domain.keys.schemas import KindName, RoleName
 from control_plane.domain.layers.schemas import HoldoutStatus
 from control_plane.domain.metrics.schemas import MetricCreate
 from control_plane.domain.schemas import ApiIn, ApiOut
@@ -144,6 +145,17 @@ class WebhookDoc(ApiIn):
     enabled: bool = True
 
 
+class KeyDoc(ApiIn):
+    """A key, for the record: its name, kind, environment (a server or public key's) and role (a
+    management key's), never its token nor its hint. Apply never issues nor revokes a key; one
+    in the document that is not live is a note of the plan."""
+
+    kind: KindName
+    name: str = ""
+    environment: str | None = None
+    role: RoleName | None = None
+
+
 class ProjectDoc(ApiIn):
     """A project as one document: sorted by key, rule ids kept, so a diff in git shows only
     what changed."""
@@ -157,6 +169,7 @@ class ProjectDoc(ApiIn):
     holdouts: list[HoldoutDoc] = msgspec.field(default_factory=list)
     experiments: list[ExperimentDoc] = msgspec.field(default_factory=list)
     webhooks: list[WebhookDoc] = msgspec.field(default_factory=list)  # sorted by url
+    keys: list[KeyDoc] = msgspec.field(default_factory=list)  # an inventory: never written
 
 
 class PlanIn(ApiIn):
