@@ -105,7 +105,8 @@ def _short(value: Any) -> str:
 
 
 def render(plan: dict[str, Any]) -> str:
-    """The plan as people read it: one line per resource, one per changed field."""
+    """The plan as people read it: one line per resource, one per changed field, then its
+    notes (what to do by hand: a new webhook's secret)."""
     lines = []
     for change in plan["changes"]:
         where = f" in {change['environment']}" if change.get("environment") else ""
@@ -121,6 +122,7 @@ def render(plan: dict[str, Any]) -> str:
         counts[change["action"]] = counts.get(change["action"], 0) + 1
     summary = ", ".join(f"{n} to {a}" for a, n in sorted(counts.items())) or "nothing to change"
     lines.append(f"Plan: {summary}; {len(plan['unchanged'])} left alone.")
+    lines += [f"Note: {note}" for note in plan.get("notes", [])]
     return "\n".join(lines)
 
 

@@ -127,3 +127,25 @@ def test_a_bad_file_exits_1_naming_the_path(
     assert planned.returncode == 1
     assert "flags[0].colour" in planned.stderr
     assert vane(cp, "plan", str(tmp_path / "missing.yaml")).returncode == 1
+
+
+def test_a_webhook_made_from_a_file_is_noted_never_its_secret(
+    stack: tuple[ControlPlane, Relay], tmp_path: Path
+) -> None:
+    """``vane plan`` and ``vane apply`` print how to set a new webhook's secret; the secret
+    that was generated is printed nowhere, and the export never holds one."""
+    cp, _ = stack
+    file = tmp_path / "vane.yaml"
+    file.write_text("webhooks:\n- url: https://hooks.example.com/vane\n  events: ['flag.*']\n")
+    planned = vane(cp, "plan", str(file))
+    assert planned.returncode == 2, planned.stderr
+    assert "+ webhook https://hooks.example.com/vane: create" in planned.stdout
+    assert "Note: webhook https://hooks.example.com/vane" in planned.stdout
+    assert "PATCH /webhooks/{id}" in planned.stdout
+    applied = vane(cp, "apply", str(file))
+    assert applied.returncode == 0, applied.stderr
+    assert "whsec_" not in applied.stdout + applied.stderr
+    assert vane(cp, "plan", str(file)).returncode == 0
+    exported = vane(cp, "export", "--json")
+    assert exported.returncode == 0, exported.stderr
+    assert "secret" not in exported.stdout.lower()

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from control_plane.domain.flags.schemas import RuleIn, ServeIn
 from control_plane.domain.problems import Problems
-from control_plane.domain.projectfile import compare
+from control_plane.domain.projectfile import compare, experiments, layers, webhooks
 from control_plane.domain.projectfile import schemas as s
 from shared.engine import prerequisite_cycle
 
@@ -112,9 +112,13 @@ def _metrics(problems: Problems, doc: s.ProjectDoc, live: s.ProjectDoc) -> None:
                 )
 
 
-def check(doc: s.ProjectDoc, live: s.ProjectDoc) -> None:
-    """422 naming every problem's path in ``doc``, or nothing."""
+def check(doc: s.ProjectDoc, live: s.ProjectDoc, exposed: dict[str, int] | None = None) -> None:
+    """422 naming every problem's path in ``doc``, or nothing. ``exposed``: the live
+    experiments' units exposed (what can still change depends on it)."""
     problems = Problems()
+    layers.check(problems, doc, live)
+    experiments.check(problems, doc, live, exposed or {})
+    webhooks.check(problems, doc, live)
     _twice(problems, "environments", (e.key for e in doc.environments))
     _twice(problems, "segments", (x.key for x in doc.segments))
     _twice(problems, "flags", (f.key for f in doc.flags))

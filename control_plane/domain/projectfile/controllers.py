@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 import yaml
 from litestar import Controller, MediaType, Request, Response, get, post
+from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, Operation
 from litestar.params import JSONBody, QueryParameter
@@ -144,8 +145,8 @@ class ProjectFileController(Controller):
         request_max_body_size=DOCUMENT_MAX_BYTES,
         summary="What applying a document would create, change (field by field) or leave alone",
     )
-    async def plan(self, ctx: Ctx, data: JSONBody[s.PlanIn]) -> s.Plan:
-        return await services.plan_project(ctx, data)
+    async def plan(self, ctx: Ctx, data: JSONBody[s.PlanIn], state: State) -> s.Plan:
+        return await services.plan_project(ctx, data, state.settings.webhook_private)
 
     @post(
         "/apply",
@@ -155,5 +156,5 @@ class ProjectFileController(Controller):
         request_max_body_size=DOCUMENT_MAX_BYTES,
         summary="Apply a document in one transaction (409 if anything moved since the plan)",
     )
-    async def apply(self, ctx: Ctx, data: JSONBody[s.ApplyIn]) -> s.Applied:
-        return await services.apply_project(ctx, data)
+    async def apply(self, ctx: Ctx, data: JSONBody[s.ApplyIn], state: State) -> s.Applied:
+        return await services.apply_project(ctx, data, state.settings.webhook_private)

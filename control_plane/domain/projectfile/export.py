@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from control_plane.domain.flags.schemas import (
 )
 from control_plane.domain.flags.services import rules_out
 from control_plane.domain.metrics.services import metric_out
+from control_plane.domain.projectfile import readers
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.segments.schemas import ContextKeysIn, SegmentRuleIn
 from control_plane.domain.segments.services import segment_out
@@ -37,6 +38,7 @@ class Live:
     doc: s.ProjectDoc
     versions: dict[str, int]
     segment_users: dict[str, set[str]]  # segment key -> environment keys of flags using it
+    exposed: dict[str, int] = field(default_factory=dict)  # experiment key -> units exposed
 
 
 def as_input(value: Any, kind: type[T]) -> T:
@@ -182,7 +184,8 @@ async def _metrics(scope: Scope, live: Live) -> None:
 
 
 async def read_live(scope: Scope) -> Live:
-    """The project as it is now, sorted by key: environments, segments, flags."""
+    """The project as it is now, sorted by key: environments, segments, flags, metrics,
+    layers, holdouts, experiments; webhooks by url; keys by kind, environment and name."""
     live = Live(s.ProjectDoc(), {}, {})
     envs = sorted(await scope.environments(), key=lambda e: e.key)
     live.doc.environments = [_environment(e) for e in envs]
@@ -201,4 +204,9 @@ async def read_live(scope: Scope) -> Live:
         live.doc.flags.append(_flag(flag, settings.get(flag.key, {})))
         live.versions[f"flag:{flag.key}"] = flag.version
     await _metrics(scope, live)
+    live.doc.layers = await readers.layers(scope, live.versions)
+    live.doc.holdouts = await readers.holdouts(scope, live.versions)
+    live.doc.experiments = await readers.experiments(scope, live.versions, live.exposed)
+    live.doc.webhooks = await readers.webhooks(scope, live.versions)
+    live.doc.keys = await readers.keys(scope)
     return live

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from control_plane.domain.changes.schemas import ChangeIn
-from control_plane.domain.projectfile import compare, steps
+from control_plane.domain.projectfile import compare, experiments, keys, layers, steps, webhooks
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile.export import Live
 from control_plane.domain.projectfile.steps import Phase, Run, Step
@@ -37,6 +37,8 @@ class Planner:
     steps: list[Step] = field(default_factory=list)
     proposals: dict[str, list[ChangeIn]] = field(default_factory=dict)
     approvals: dict[str, int] = field(default_factory=dict)  # when the settings are written
+    webhook_private: str = "none"  # the private addresses a webhook may reach (the settings')
+    notes: list[str] = field(default_factory=list)  # what to do by hand after applying
 
     def note(
         self,
@@ -62,6 +64,10 @@ class Planner:
         wanted |= {f"segment:{x.key}" for x in doc.segments} | {f"flag:{f.key}" for f in doc.flags}
         wanted |= {f"setting:{f.key}/{env}" for f in doc.flags for env in f.environments}
         wanted |= {f"metric:{m.key}" for m in doc.metrics}
+        wanted |= {f"layer:{x.key}" for x in doc.layers}
+        wanted |= {f"holdout:{x.key}" for x in doc.holdouts}
+        wanted |= {f"experiment:{x.key}" for x in doc.experiments}
+        wanted |= {f"webhook:{w.url}" for w in doc.webhooks}
         if self.prune:
             wanted |= set(self.live.versions)
         return {key: self.live.versions.get(key, 0) for key in sorted(wanted)}
@@ -72,6 +78,7 @@ class Planner:
             unchanged=self.unchanged,
             versions=self.versions(),
             has_changes=bool(self.changes),
+            notes=self.notes,
         )
 
 
@@ -251,10 +258,14 @@ def _metrics(p: Planner) -> None:
             p.step(Phase.DELETE, f"metrics ({key})", steps.delete_metric(key))
 
 
-def plan(doc: s.ProjectDoc, live: Live, *, prune: bool) -> Planner:
-    planner = Planner(doc, live, prune)
+def plan(doc: s.ProjectDoc, live: Live, *, prune: bool, webhook_private: str = "none") -> Planner:
+    planner = Planner(doc, live, prune, webhook_private=webhook_private)
     _environments(planner)
     _segments(planner)
     _flags(planner)
     _metrics(planner)
+    layers.plan(planner)
+    experiments.plan(planner)
+    webhooks.plan(planner)
+    keys.plan(planner)
     return planner

@@ -87,17 +87,20 @@ def _opened(made: cr.ChangeRequest, items: list[ChangeIn], *, already: bool) -> 
     )
 
 
-async def _planned(scope: Scope, document: s.ProjectDoc, prune: bool) -> tuple[Live, Planner]:
+async def _planned(
+    scope: Scope, document: s.ProjectDoc, prune: bool, webhook_private: str
+) -> tuple[Live, Planner]:
     scope.require(Permission.EDIT)
     live = await read_live(scope)
-    check(document, live.doc)
-    return live, plan(document, live, prune=prune)
+    check(document, live.doc, live.exposed)
+    return live, plan(document, live, prune=prune, webhook_private=webhook_private)
 
 
-async def plan_project(scope: Scope, body: s.PlanIn) -> s.Plan:
+async def plan_project(scope: Scope, body: s.PlanIn, webhook_private: str = "none") -> s.Plan:
     """What applying ``body.document`` would do; its steps are run and rolled back, so a
-    document the services would refuse is refused here, named by its path."""
-    _, planner = await _planned(scope, body.document, body.prune)
+    document the services would refuse is refused here, named by its path. ``webhook_private``:
+    the private addresses a webhook may reach (the instance's settings)."""
+    _, planner = await _planned(scope, body.document, body.prune, webhook_private)
     saved = (scope.change, scope.if_match)
     scope.change, scope.if_match = Change(scope.project_id), None
     savepoint = await scope.session.begin_nested()
@@ -126,8 +129,8 @@ def _refuse_moved(planned: dict[str, int], live: dict[str, int]) -> None:
         )
 
 
-async def apply_project(scope: Scope, body: s.ApplyIn) -> s.Applied:
-    live, planner = await _planned(scope, body.document, body.prune)
+async def apply_project(scope: Scope, body: s.ApplyIn, webhook_private: str = "none") -> s.Applied:
+    live, planner = await _planned(scope, body.document, body.prune, webhook_private)
     if body.versions is not None:
         _refuse_moved(body.versions, live.versions)
     scope.if_match = None

@@ -27,16 +27,21 @@ class Phase(IntEnum):
     """Environments first (a flag's setting there needs them), segments before the rules that
     use them, flags restored before their settings change and archived after, prerequisites
     before the flags that name them, segments deleted once no rule uses them, a new
-    environment's protection last (it starts as the document says)."""
+    environment's protection last (it starts as the document says). Layers and holdouts after
+    the metrics they name, experiments after their layers and before a metric they stop using
+    is deleted. Webhooks, which nothing else names, at the end."""
 
     ENVIRONMENT = 0
     SEGMENT = 1
     METRIC = 2
-    FLAG = 3
-    SETTING = 4
-    ARCHIVE = 5
-    DELETE = 6
-    PROTECT = 7
+    LAYER = 3
+    EXPERIMENT = 4
+    FLAG = 5
+    SETTING = 6
+    ARCHIVE = 7
+    DELETE = 8
+    PROTECT = 9
+    WEBHOOK = 10
 
 
 @dataclass(frozen=True, slots=True)
