@@ -248,24 +248,8 @@ def _flag(
         if variants or any(_own_variants(s) for s in live)
         else None
     )
-    rules: list[Json] = []
-    for strategy in live:
-        rule = _rule(where, strategy, segments, notes, chosen)
-        if chosen is not None:
-            name = strategy.get("name") or strategy.get("strategyName")
-            parameters = strategy.get("parameters") or {}
-            percent = _percent(where, parameters) if name == "flexibleRollout" else 100
-            rules += chosen.overrides(rule, strategy, percent)
-        rules.append(rule)
     off = OFF if chosen is None else 0
-    # a stable sort: the rules that never serve "off" first (an "or" of strategies keeps its
-    # meaning), then the gradual rollouts
-    rules.sort(key=lambda r: _may_serve(r["serve"], off))
-    if sum(_may_serve(r["serve"], off) for r in rules) > 1:
-        notes.append(
-            f"{where}: several gradual rollouts (a context matching two gets the first's chance "
-            "only, not either's)"
-        )
+    rules = _rules(where, live, segments, notes, chosen, off)
     fallthrough: Json = {"variation": off}
     if not found:  # no strategy: on for everyone, as the environment's state says
         fallthrough = {"variation": ON} if chosen is None else chosen.serve(where, {}, 100)
@@ -294,6 +278,36 @@ def _flag(
             }
         },
     }
+
+
+def _rules(
+    where: str,
+    live: list[Any],
+    segments: Mapping[Any, tuple[Json, str]],
+    notes: list[str],
+    chosen: _Variants | None,
+    off: int,
+) -> list[Json]:
+    """The strategies as rules (each variant override before its strategy's rule), those that
+    never serve ``off`` first: an ``or`` of strategies keeps its meaning."""
+    rules: list[Json] = []
+    for strategy in live:
+        rule = _rule(where, strategy, segments, notes, chosen)
+        if chosen is not None:
+            name = strategy.get("name") or strategy.get("strategyName")
+            parameters = strategy.get("parameters") or {}
+            percent = _percent(where, parameters) if name == "flexibleRollout" else 100
+            rules += chosen.overrides(rule, strategy, percent)
+        rules.append(rule)
+    # a stable sort: the rules that never serve "off" first (an "or" of strategies keeps its
+    # meaning), then the gradual rollouts
+    rules.sort(key=lambda r: _may_serve(r["serve"], off))
+    if sum(_may_serve(r["serve"], off) for r in rules) > 1:
+        notes.append(
+            f"{where}: several gradual rollouts (a context matching two gets the first's chance "
+            "only, not either's)"
+        )
+    return rules
 
 
 def _may_serve(serve: Json, off: int) -> bool:
