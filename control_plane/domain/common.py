@@ -88,6 +88,9 @@ class Scope:
     # the file a project document was applied from (``domain.projectfile``): every audit entry
     # written meanwhile says so (``appliedFrom``)
     source: str | None = field(default=None, init=False)
+    # a rehearsal of writes that is rolled back (a project document's plan): each write is
+    # checked as when made, and no audit entry is made for what is never kept
+    rehearsal: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.change = Change(self.project_id)
@@ -148,6 +151,8 @@ class Scope:
             raise RuntimeError(
                 f"{action} was about to be written without a permission check (Scope.require)"
             )
+        if self.rehearsal:
+            return
         entry = AuditEntry(
             id=new_id("aud"),
             project_id=self.project_id,

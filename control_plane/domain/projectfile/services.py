@@ -113,15 +113,15 @@ async def plan_project(scope: Scope, body: s.PlanIn) -> s.Plan:
     """What applying ``body.document`` would do; its steps are run and rolled back, so a
     document the services would refuse is refused here, named by its path."""
     _, planner = await _planned(scope, body.document, body.prune)
-    saved = (scope.change, scope.if_match)
-    scope.change, scope.if_match = Change(scope.project_id), None
+    saved = (scope.change, scope.if_match, scope.rehearsal)
+    scope.change, scope.if_match, scope.rehearsal = Change(scope.project_id), None, True
     savepoint = await scope.session.begin_nested()
     try:
         await _execute(scope, planner)
         await _propose(scope, planner, "plan")
     finally:
         await savepoint.rollback()
-        scope.change, scope.if_match = saved
+        scope.change, scope.if_match, scope.rehearsal = saved
     scope.session.expire_all()
     return planner.plan()
 
