@@ -379,7 +379,7 @@ class FlagCreator:
     """Many flags created in one unit of work (a project document's apply), each validated,
     refused and audited as ``create_flag`` does: the project's flag keys and environments are
     read once, and the rows are written and published together by ``close``. Nothing else may
-    write flags or environments between ``open`` and ``close``."""
+    create flags or environments between ``open`` and ``close`` (patching them is safe)."""
 
     def __init__(self, scope: Scope, keys: set[str], environments: list[Environment]) -> None:
         self.scope = scope
