@@ -88,6 +88,9 @@ class Scope:
     # the file a project document was applied from (``domain.projectfile``): every audit entry
     # written meanwhile says so (``appliedFrom``)
     source: str | None = field(default=None, init=False)
+    # a rehearsal of writes that is rolled back (a project document's plan): each write is
+    # checked as when made, and no audit entry is made for what is never kept
+    rehearsal: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.change = Change(self.project_id)
@@ -148,6 +151,8 @@ class Scope:
             raise RuntimeError(
                 f"{action} was about to be written without a permission check (Scope.require)"
             )
+        if self.rehearsal:
+            return
         entry = AuditEntry(
             id=new_id("aud"),
             project_id=self.project_id,
@@ -203,17 +208,29 @@ class Scope:
     ) -> None:
         """Bump the snapshot version of environments whose served state this change alters, and
         note what it alters there (these flags, these segments, or a ``reason``; nothing named:
-        the whole environment) for the publisher."""
+        the whole environment) for the publisher.
+
+        An environment's version moves once per unit of work, however many of its writes it
+        makes: the commit is published once, as that one version (the first bump also locks the
+        environment's row until the commit)."""
         ids = sorted(set(environment_ids))
         if not ids:
             return
-        bumped = await self.session.execute(
-            update(Environment)
-            .where(Environment.id.in_(ids))
-            .values(snapshot_version=Environment.snapshot_version + 1)
-            .returning(Environment.id, Environment.snapshot_version)
-        )
-        versions = {environment_id: int(version) for environment_id, version in bumped}
+        versions = {
+            environment_id: held.version
+            for environment_id in ids
+            if (held := self.change.environments.get(environment_id)) is not None
+            and held.version is not None
+        }
+        fresh = [environment_id for environment_id in ids if environment_id not in versions]
+        if fresh:
+            bumped = await self.session.execute(
+                update(Environment)
+                .where(Environment.id.in_(fresh))
+                .values(snapshot_version=Environment.snapshot_version + 1)
+                .returning(Environment.id, Environment.snapshot_version)
+            )
+            versions.update({environment_id: int(version) for environment_id, version in bumped})
         self.change.add(ids, flags=flags, segments=segments, reason=reason, versions=versions)
 
 

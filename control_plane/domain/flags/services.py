@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
 import msgspec
 from sqlalchemy import ColumnElement, Select, and_, delete, exists, func, or_, select
+from sqlalchemy.exc import IntegrityError
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -46,7 +47,7 @@ from control_plane.domain.rows import (
 from control_plane.domain.snapshots import compile_environment, flag_snapshot, segments_for
 from control_plane.domain.targeting import clauses as targeting
 from control_plane.domain.targeting.schemas import ServeIn, clause_out, serve_out
-from control_plane.errors import conflict, invalid
+from control_plane.errors import conflict, invalid, not_found
 from shared.engine import (
     CompileError,
     compile_snapshot,
@@ -301,8 +302,8 @@ async def preview(scope: Scope, key: str, env_key: str, context: dict[str, Any])
 # --- writes ----------------------------------------------------------------------------------------
 
 
-async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
-    scope.require(Permission.EDIT)
+def _new_flag(scope: Scope, body: s.FlagCreate) -> tuple[Flag, int, int]:
+    """A validated new flag (not yet added), with the variations it serves on and off."""
     problems = base.Problems()
     base.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key
@@ -332,8 +333,13 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
         created_at=now,
         updated_at=now,
     )
-    await written_once(scope, "a flag", body.key, flag)
-    environments = await scope.environments()
+    return flag, on_idx, off_idx
+
+
+def _new_settings(
+    scope: Scope, flag: Flag, environments: Sequence[Environment], on_idx: int, off_idx: int
+) -> s.Flag:
+    """A new flag's setting in every environment (off, serving its defaults), added; audited."""
     settings = []
     for env in environments:
         setting = FlagSetting(
@@ -346,15 +352,66 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
             targets=[],
             prerequisites=[],
             version=1,
-            updated_at=now,
+            updated_at=flag.created_at,
         )
         scope.session.add(setting)
         settings.append((setting, env.key))
-    await scope.session.flush()
-    await scope.changed((env.id for env in environments), flags=[flag.key])
     out = flag_out(flag, settings)
     scope.audit("flag.create", "flag", flag.key, after=out)
     return out
+
+
+async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
+    scope.require(Permission.EDIT)
+    flag, on_idx, off_idx = _new_flag(scope, body)
+    await written_once(scope, "a flag", body.key, flag)
+    environments = await scope.environments()
+    out = _new_settings(scope, flag, environments, on_idx, off_idx)
+    await scope.session.flush()
+    await scope.changed((env.id for env in environments), flags=[flag.key])
+    return out
+
+
+class FlagCreator:
+    """Many flags created in one unit of work (a project document's apply), each validated,
+    refused and audited as ``create_flag`` does: the project's flag keys and environments are
+    read once, and the rows are written and published together by ``close``. Nothing else may
+    create flags or environments between ``open`` and ``close`` (patching them is safe)."""
+
+    def __init__(self, scope: Scope, keys: set[str], environments: list[Environment]) -> None:
+        self.scope = scope
+        self.keys = keys
+        self.environments = environments
+        self.created: list[str] = []
+
+    @classmethod
+    async def open(cls, scope: Scope) -> FlagCreator:
+        scope.require(Permission.EDIT)
+        keys = await scope.session.scalars(
+            select(Flag.key).where(Flag.project_id == scope.project_id)
+        )
+        return cls(scope, set(keys), await scope.environments())
+
+    def create(self, body: s.FlagCreate) -> s.Flag:
+        self.scope.require(Permission.EDIT)
+        flag, on_idx, off_idx = _new_flag(self.scope, body)
+        if flag.key in self.keys:
+            raise conflict(f"a flag with key {body.key!r} already exists")
+        self.keys.add(flag.key)
+        self.scope.session.add(flag)
+        self.created.append(flag.key)
+        return _new_settings(self.scope, flag, self.environments, on_idx, off_idx)
+
+    async def close(self) -> None:
+        if not self.created:
+            return
+        try:
+            await self.scope.session.flush()
+        except IntegrityError as exc:  # written meanwhile by another unit of work
+            raise conflict("a flag with one of these keys already exists") from exc
+        ids = (env.id for env in self.environments)
+        await self.scope.changed(ids, flags=self.created)
+        self.created = []
 
 
 async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
@@ -585,6 +642,8 @@ async def _expect_flag(scope: Scope, flag: Flag) -> None:
 
 
 async def _expect_setting(scope: Scope, setting: FlagSetting) -> None:
+    if scope.if_match is None:
+        return  # no If-Match: nothing to compare (and no clauses to build, many times over)
     await scope.expect_version(
         FlagSetting,
         FlagSetting.version,
@@ -594,105 +653,310 @@ async def _expect_setting(scope: Scope, setting: FlagSetting) -> None:
     )
 
 
-async def _prerequisites(
-    scope: Scope,
-    flag: Flag,
-    env: Environment,
-    given: Sequence[s.PrerequisiteIn],
-    problems: base.Problems,
-) -> list[w.Prerequisite]:
-    out: list[w.Prerequisite] = []
-    keys = {p.key for p in given}
-    others = {
-        f.key: f
-        for f in await scope.session.scalars(
-            select(Flag).where(Flag.project_id == scope.project_id, Flag.key.in_(keys))
+CHUNK = 500  # keys per ``IN (...)`` of a bulk read
+
+
+class SettingsWriter:
+    """The rules of a write of flags' settings in one environment (``put_settings``,
+    ``put_rules``), and the rows they are checked against: the flags, their settings there, the
+    segments and the prerequisites' graph.
+
+    One write (the API's) reads what it needs of them per call and is saved at once
+    (``bulk=False``). Many writes in one unit of work (a project document's apply: ``open``)
+    read the environment's graph, the segments and the flags they write once, keep them current
+    as they write, and are flushed and published together by ``close``; nothing else may write flags, segments or this
+    environment's settings between ``open`` and ``close``. Either way each write is checked,
+    refused and audited alike."""
+
+    def __init__(self, scope: Scope, env: Environment, *, bulk: bool) -> None:
+        self.scope = scope
+        self.env = env
+        self.bulk = bulk
+        self.flags: dict[str, Flag] = {}  # the flags read, by key
+        self.settings: dict[str, FlagSetting] = {}  # their settings here, by flag id
+        self.graph: dict[str, list[str]] = {}  # bulk: every flag's prerequisites here
+        self.segments: dict[str, w.SegmentSnapshot] = {}  # bulk: the project's
+        self.written: list[str] = []  # flag keys written, published by ``close``
+        self.missing: set[str] = set()  # bulk: keys read and not found
+
+    @classmethod
+    async def open(cls, scope: Scope, env_key: str, keys: Collection[str]) -> SettingsWriter:
+        """A bulk writer of the environment ``env_key``, the flags ``keys`` read at once (any
+        other flag a write names is read when named)."""
+        scope.require(Permission.EDIT)
+        writer = cls(scope, await scope.environment(env_key), bulk=True)
+        rows = await scope.session.execute(
+            select(Flag.key, FlagSetting.prerequisites)
+            .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+            .where(Flag.project_id == scope.project_id, FlagSetting.environment_id == writer.env.id)
         )
-    }
-    seen: set[str] = set()
-    for i, item in enumerate(given):
-        field = f"prerequisites[{i}]"
-        other = others.get(item.key)
-        if item.key == flag.key:
-            problems.add(f"{field}.key", "a flag cannot be its own prerequisite")
-        elif other is None:
-            problems.add(f"{field}.key", f"unknown flag {item.key!r}")
-        elif other.archived:
-            problems.add(f"{field}.key", f"flag {item.key!r} is archived")
-        elif item.variation not in variation_indexes(other):
-            problems.add(
-                f"{field}.variation",
-                f"flag {item.key!r} has no variation with idx {item.variation}",
+        writer.graph = {key: [p["key"] for p in prereqs] for key, prereqs in rows}
+        writer.segments = await segments_for(scope.session, scope.project_id)
+        await writer._load(keys)
+        return writer
+
+    async def _load(self, keys: Collection[str]) -> None:
+        """Read the flags ``keys`` and their settings here, those not read yet (bulk)."""
+        wanted = sorted(k for k in keys if k not in self.flags and k not in self.missing)
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start : start + CHUNK]
+            rows = await self.scope.session.execute(
+                select(Flag, FlagSetting)
+                .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+                .where(
+                    Flag.project_id == self.scope.project_id,
+                    Flag.key.in_(chunk),
+                    FlagSetting.environment_id == self.env.id,
+                )
             )
-        if item.key in seen:
-            problems.add(f"{field}.key", f"{item.key!r} is listed twice")
-        seen.add(item.key)
-        out.append(w.Prerequisite(key=item.key, variation=item.variation))
-    if not problems.items and out:
-        cycle = await _prerequisite_cycle(scope, flag.key, env, [p.key for p in out])
-        if cycle:
-            problems.add("prerequisites", "would make a cycle: " + " -> ".join(cycle))
-    return out
+            for flag, setting in rows:
+                self.flags[flag.key] = flag
+                self.settings[flag.id] = setting
+            self.missing.update(k for k in chunk if k not in self.flags)
+
+    async def close(self) -> None:
+        """Flush and publish what was written (bulk; a single write is saved as it is made)."""
+        if self.written:
+            await self.scope.session.flush()
+            await self.scope.changed([self.env.id], flags=self.written)
+            self.written = []
+
+    async def _flag_setting(self, key: str) -> tuple[Flag, FlagSetting]:
+        if self.bulk:
+            await self._load([key])
+        flag = self.flags.get(key)
+        if flag is None:
+            raise not_found("flag", key)
+        setting = self.settings.get(flag.id)
+        if setting is None:  # every flag has a row per environment; this guards a broken database
+            raise not_found("flag setting", f"{key}/{self.env.key}")
+        return flag, setting
+
+    async def _others(self, keys: Collection[str]) -> dict[str, Flag]:
+        if self.bulk:
+            await self._load(keys)
+            return {k: self.flags[k] for k in keys if k in self.flags}
+        return {
+            f.key: f
+            for f in await self.scope.session.scalars(
+                select(Flag).where(Flag.project_id == self.scope.project_id, Flag.key.in_(keys))
+            )
+        }
+
+    async def _graph(self) -> dict[str, list[str]]:
+        if self.bulk:
+            return self.graph
+        rows = await self.scope.session.execute(
+            select(Flag.key, FlagSetting.prerequisites)
+            .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+            .where(
+                Flag.project_id == self.scope.project_id, FlagSetting.environment_id == self.env.id
+            )
+        )
+        return {key: [p["key"] for p in prereqs] for key, prereqs in rows}
+
+    async def _segments(self) -> dict[str, w.SegmentSnapshot]:
+        if self.bulk:
+            return self.segments
+        return await segments_for(self.scope.session, self.scope.project_id)
+
+    async def _segment_keys(self) -> frozenset[str]:
+        if self.bulk:
+            return frozenset(self.segments)
+        return frozenset(
+            await self.scope.session.scalars(
+                select(Segment.key).where(Segment.project_id == self.scope.project_id)
+            )
+        )
+
+    async def _others_here(self, keys: Collection[str]) -> dict[str, w.FlagSnapshot]:
+        """The snapshots of flags ``keys`` in this environment (a flag's prerequisites)."""
+        if self.bulk:
+            await self._load(keys)
+            return {
+                k: flag_snapshot(self.flags[k], self.settings[self.flags[k].id])
+                for k in keys
+                if k in self.flags and self.flags[k].id in self.settings
+            }
+        rows = await self.scope.session.execute(
+            select(Flag, FlagSetting)
+            .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+            .where(
+                Flag.project_id == self.scope.project_id,
+                Flag.key.in_(keys),
+                FlagSetting.environment_id == self.env.id,
+            )
+        )
+        return {other.key: flag_snapshot(other, other_setting) for other, other_setting in rows}
+
+    async def _prerequisites(
+        self, flag: Flag, given: Sequence[s.PrerequisiteIn], problems: base.Problems
+    ) -> list[w.Prerequisite]:
+        out: list[w.Prerequisite] = []
+        others = await self._others({p.key for p in given})
+        seen: set[str] = set()
+        for i, item in enumerate(given):
+            field = f"prerequisites[{i}]"
+            other = others.get(item.key)
+            if item.key == flag.key:
+                problems.add(f"{field}.key", "a flag cannot be its own prerequisite")
+            elif other is None:
+                problems.add(f"{field}.key", f"unknown flag {item.key!r}")
+            elif other.archived:
+                problems.add(f"{field}.key", f"flag {item.key!r} is archived")
+            elif item.variation not in variation_indexes(other):
+                problems.add(
+                    f"{field}.variation",
+                    f"flag {item.key!r} has no variation with idx {item.variation}",
+                )
+            if item.key in seen:
+                problems.add(f"{field}.key", f"{item.key!r} is listed twice")
+            seen.add(item.key)
+            out.append(w.Prerequisite(key=item.key, variation=item.variation))
+        if not problems.items and out:
+            graph = await self._graph()
+            held = graph.get(flag.key)
+            graph[flag.key] = [p.key for p in out]
+            try:
+                cycle = prerequisite_cycle(flag.key, graph)  # the engine's rule, would-be graph
+            finally:
+                if held is None:
+                    del graph[flag.key]
+                else:
+                    graph[flag.key] = held
+            if cycle:
+                problems.add("prerequisites", "would make a cycle: " + " -> ".join(cycle))
+        return out
+
+    async def _check_with_engine(self, flag: Flag, setting: FlagSetting) -> None:
+        """Refuse what the evaluation engine could not compile (regexes, versions, dates,
+        cycles)."""
+        segments = await self._segments()
+        others = await self._others_here([p["key"] for p in setting.prerequisites])
+        try:
+            validate_flag(flag_snapshot(flag, setting), segments, others)
+        except CompileError as exc:
+            raise invalid(exc.path or "body", exc.message) from exc
+
+    async def _save(self, flag: Flag, setting: FlagSetting) -> s.EnvironmentSettings:
+        if not self.bulk:
+            return await _save_setting(self.scope, flag, self.env, setting)
+        setting.version += 1
+        setting.updated_at = utcnow()
+        self.graph[flag.key] = [p["key"] for p in setting.prerequisites]
+        self.written.append(flag.key)
+        return settings_out(flag, self.env.key, setting)
+
+    async def put(
+        self, key: str, settings: s.EnvironmentSettingsIn | None, rules: s.RulesIn | None
+    ) -> None:
+        """A flag's settings and rules here written together (each as its own write, audited
+        alike), the engine's check made once, on the flag as it will be served."""
+        if settings is not None:
+            await self.put_settings(key, settings, check=rules is None)
+        if rules is not None:
+            await self.put_rules(key, rules)
+
+    async def put_settings(
+        self, key: str, body: s.EnvironmentSettingsIn, *, check: bool = True
+    ) -> s.EnvironmentSettings:
+        """``check=False``: the engine's check is left to a write of the rules that follows in
+        the same unit of work (``put``)."""
+        scope, env = self.scope, self.env
+        scope.require(Permission.EDIT)
+        flag, setting = await self._flag_setting(key)
+        refuse_unapproved(scope, env, f"changing the settings of flag {key!r}")
+        refuse_archived(flag)
+        await _expect_setting(scope, setting)
+        before = settings_out(flag, env.key, setting)
+        idxs = variation_indexes(flag)
+        problems = base.Problems()
+        if body.off_variation is not msgspec.UNSET and body.off_variation not in idxs:
+            problems.add("offVariation", f"no variation has idx {body.off_variation}")
+        fallthrough = (
+            targeting.serve(problems, "fallthrough", body.fallthrough, idxs)
+            if body.fallthrough is not msgspec.UNSET
+            else None
+        )
+        targets = (
+            canonical.targets(problems, body.targets, idxs)
+            if body.targets is not msgspec.UNSET
+            else None
+        )
+        prerequisites = (
+            await self._prerequisites(flag, body.prerequisites, problems)
+            if body.prerequisites is not msgspec.UNSET
+            else None
+        )
+        problems.raise_if_any()
+        if body.enabled is not msgspec.UNSET:
+            setting.enabled = body.enabled
+        if body.off_variation is not msgspec.UNSET:
+            setting.off_variation = body.off_variation
+        if fallthrough is not None:
+            setting.fallthrough = _stored(fallthrough)
+        if targets is not None:
+            setting.targets = [_stored(t) for t in targets]
+        if prerequisites is not None:
+            setting.prerequisites = [_stored(p) for p in prerequisites]
+        if check:
+            await self._check_with_engine(flag, setting)
+        after = await self._save(flag, setting)
+        scope.audit(
+            "flag.settings.update", "flag", key, before=before, after=after, environment=env.key
+        )
+        return after
+
+    async def put_rules(self, key: str, body: s.RulesIn) -> s.Rules:
+        scope, env = self.scope, self.env
+        scope.require(Permission.EDIT)
+        flag, setting = await self._flag_setting(key)
+        refuse_unapproved(scope, env, f"changing the rules of flag {key!r}")
+        refuse_archived(flag)
+        await _expect_setting(scope, setting)
+        before = s.Rules(
+            flag=flag.key,
+            environment=env.key,
+            rules=rules_out(setting.rules),
+            version=setting.version,
+        )
+        segment_keys = await self._segment_keys()
+        problems = base.Problems()
+        rules = canonical.rules(
+            problems, body.rules, variation_indexes(flag), segment_keys, _new_rule_id
+        )
+        problems.raise_if_any()
+        setting.rules = [_stored(r) for r in rules]
+        await self._check_with_engine(flag, setting)
+        await self._save(flag, setting)
+        after = s.Rules(
+            flag=flag.key,
+            environment=env.key,
+            rules=rules_out(setting.rules),
+            version=setting.version,
+        )
+        scope.audit(
+            "flag.rules.update", "flag", key, before=before, after=after, environment=env.key
+        )
+        return after
 
 
-async def _prerequisite_cycle(
-    scope: Scope, flag_key: str, env: Environment, new_prereqs: list[str]
-) -> list[str] | None:
-    rows = await scope.session.execute(
-        select(Flag.key, FlagSetting.prerequisites)
-        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
-        .where(Flag.project_id == scope.project_id, FlagSetting.environment_id == env.id)
-    )
-    graph = {key: [p["key"] for p in prereqs] for key, prereqs in rows}
-    graph[flag_key] = new_prereqs
-    return prerequisite_cycle(flag_key, graph)  # the engine's rule, on the would-be graph
+async def _writer(scope: Scope, key: str, env_key: str) -> tuple[SettingsWriter, str]:
+    """One write's: the flag ``key`` and its setting in ``env_key`` read as ``flag_setting``
+    reads them (404 for either)."""
+    flag, env, setting = await flag_setting(scope, key, env_key)
+    writer = SettingsWriter(scope, env, bulk=False)
+    writer.flags[flag.key] = flag
+    writer.settings[flag.id] = setting
+    return writer, key
 
 
 async def put_settings(
     scope: Scope, key: str, env_key: str, body: s.EnvironmentSettingsIn
 ) -> s.EnvironmentSettings:
     scope.require(Permission.EDIT)
-    flag, env, setting = await flag_setting(scope, key, env_key)
-    refuse_unapproved(scope, env, f"changing the settings of flag {key!r}")
-    refuse_archived(flag)
-    await _expect_setting(scope, setting)
-    before = settings_out(flag, env.key, setting)
-    idxs = variation_indexes(flag)
-    problems = base.Problems()
-    if body.off_variation is not msgspec.UNSET and body.off_variation not in idxs:
-        problems.add("offVariation", f"no variation has idx {body.off_variation}")
-    fallthrough = (
-        targeting.serve(problems, "fallthrough", body.fallthrough, idxs)
-        if body.fallthrough is not msgspec.UNSET
-        else None
-    )
-    targets = (
-        canonical.targets(problems, body.targets, idxs)
-        if body.targets is not msgspec.UNSET
-        else None
-    )
-    prerequisites = (
-        await _prerequisites(scope, flag, env, body.prerequisites, problems)
-        if body.prerequisites is not msgspec.UNSET
-        else None
-    )
-    problems.raise_if_any()
-    if body.enabled is not msgspec.UNSET:
-        setting.enabled = body.enabled
-    if body.off_variation is not msgspec.UNSET:
-        setting.off_variation = body.off_variation
-    if fallthrough is not None:
-        setting.fallthrough = _stored(fallthrough)
-    if targets is not None:
-        setting.targets = [_stored(t) for t in targets]
-    if prerequisites is not None:
-        setting.prerequisites = [_stored(p) for p in prerequisites]
-    await _check_with_engine(scope, flag, env, setting)
-    after = await _save_setting(scope, flag, env, setting)
-    scope.audit(
-        "flag.settings.update", "flag", key, before=before, after=after, environment=env.key
-    )
-    return after
+    writer, key = await _writer(scope, key, env_key)
+    return await writer.put_settings(key, body)
 
 
 async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggled:
@@ -730,31 +994,8 @@ async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggl
 
 async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.Rules:
     scope.require(Permission.EDIT)
-    flag, env, setting = await flag_setting(scope, key, env_key)
-    refuse_unapproved(scope, env, f"changing the rules of flag {key!r}")
-    refuse_archived(flag)
-    await _expect_setting(scope, setting)
-    before = s.Rules(
-        flag=flag.key, environment=env.key, rules=rules_out(setting.rules), version=setting.version
-    )
-    segment_keys = frozenset(
-        await scope.session.scalars(
-            select(Segment.key).where(Segment.project_id == scope.project_id)
-        )
-    )
-    problems = base.Problems()
-    rules = canonical.rules(
-        problems, body.rules, variation_indexes(flag), segment_keys, _new_rule_id
-    )
-    problems.raise_if_any()
-    setting.rules = [_stored(r) for r in rules]
-    await _check_with_engine(scope, flag, env, setting)
-    await _save_setting(scope, flag, env, setting)
-    after = s.Rules(
-        flag=flag.key, environment=env.key, rules=rules_out(setting.rules), version=setting.version
-    )
-    scope.audit("flag.rules.update", "flag", key, before=before, after=after, environment=env.key)
-    return after
+    writer, key = await _writer(scope, key, env_key)
+    return await writer.put_rules(key, body)
 
 
 async def _save_setting(
@@ -765,28 +1006,6 @@ async def _save_setting(
     await scope.session.flush()
     await scope.changed([env.id], flags=[flag.key])
     return settings_out(flag, env.key, setting)
-
-
-async def _check_with_engine(
-    scope: Scope, flag: Flag, env: Environment, setting: FlagSetting
-) -> None:
-    """Refuse what the evaluation engine could not compile (regexes, versions, dates, cycles)."""
-    segments = await segments_for(scope.session, scope.project_id)
-    prerequisite_keys = [p["key"] for p in setting.prerequisites]
-    rows = await scope.session.execute(
-        select(Flag, FlagSetting)
-        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
-        .where(
-            Flag.project_id == scope.project_id,
-            Flag.key.in_(prerequisite_keys),
-            FlagSetting.environment_id == env.id,
-        )
-    )
-    others = {other.key: flag_snapshot(other, other_setting) for other, other_setting in rows}
-    try:
-        validate_flag(flag_snapshot(flag, setting), segments, others)
-    except CompileError as exc:
-        raise invalid(exc.path or "body", exc.message) from exc
 
 
 async def apply_scheduled(scope: Scope, row: ScheduledChange, flag_key: str, env_key: str) -> str:

@@ -152,7 +152,7 @@ def _create(key: str, after: dict[str, Any]) -> Run:
     body = msgspec.convert(
         {**fields, "key": key, "activate": after["status"] != "draft"}, ex.ExperimentCreate
     )
-    return lambda scope: experiments.create_experiment(scope, body)
+    return lambda unit: experiments.create_experiment(unit.scope, body)
 
 
 def _variant_patch(variant: dict[str, Any]) -> dict[str, Any]:
@@ -169,17 +169,17 @@ def _patch(key: str, after: dict[str, Any], names: set[str]) -> Run:
     if "variants" in fields:
         fields["variants"] = [_variant_patch(v) for v in after["variants"]]
     body = msgspec.convert(fields, ex.ExperimentPatch)
-    return lambda scope: experiments.patch_experiment(scope, key, body)
+    return lambda unit: experiments.patch_experiment(unit.scope, key, body)
 
 
 def _metrics(key: str, after: dict[str, Any]) -> Run:
     body = ex.MetricsIn(primary=after.get("primary"), guardrails=after["guardrails"])
-    return lambda scope: experiments.set_metrics(scope, key, body)
+    return lambda unit: experiments.set_metrics(unit.scope, key, body)
 
 
 def _set_status(key: str, status: ex.Status) -> Run:
     body = ex.StatusIn(status=status)
-    return lambda scope: experiments.set_status(scope, key, body)
+    return lambda unit: experiments.set_status(unit.scope, key, body)
 
 
 def _top(changes: list[s.FieldChange]) -> set[str]:

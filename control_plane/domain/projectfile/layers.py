@@ -69,23 +69,23 @@ def check(problems: Problems, doc: s.ProjectDoc, live: s.ProjectDoc) -> None:
 
 def _create_layer(key: str, after: dict[str, Any]) -> Run:
     body = ly.LayerCreate(key=key, name=after["name"], description=after["description"])
-    return lambda scope: layers.create_layer(scope, body)
+    return lambda unit: layers.create_layer(unit.scope, body)
 
 
 def _update_layer(key: str, after: dict[str, Any]) -> Run:
     body = ly.LayerPatch(name=after["name"], description=after["description"])
-    return lambda scope: layers.update_layer(scope, key, body)
+    return lambda unit: layers.update_layer(unit.scope, key, body)
 
 
 def _create_holdout(key: str, after: dict[str, Any]) -> Run:
     fields = {k: v for k, v in after.items() if k != "status"}
     body = msgspec.convert({**fields, "key": key}, ly.HoldoutCreate)
-    return lambda scope: layers.create_holdout(scope, body)
+    return lambda unit: layers.create_holdout(unit.scope, body)
 
 
 def _update_holdout(key: str, after: dict[str, Any], names: set[str]) -> Run:
     body = msgspec.convert({k: v for k, v in after.items() if k in names}, ly.HoldoutPatch)
-    return lambda scope: layers.update_holdout(scope, key, body)
+    return lambda unit: layers.update_holdout(unit.scope, key, body)
 
 
 def _top(changes: list[s.FieldChange]) -> set[str]:

@@ -1,7 +1,8 @@
 """Export, plan and apply a project document.
 
 Apply is one unit of work (the request's transaction: all or nothing, published once per
-environment after the commit); every write is a call of the owning domain's service, so it is
+environment after the commit); every write is a call of the owning domain's service (the many
+flags and settings of a document through the flags' bulk writers, ``steps.Unit``), so it is
 validated, audited and versioned as the API's own writes, and each audit entry says
 ``appliedFrom`` the file. In an environment that requires approval the changes to what it serves
 are proposed as change requests instead (``domain.changes``), which the apply says. Plan runs the
@@ -21,6 +22,7 @@ from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile.checks import check
 from control_plane.domain.projectfile.export import Live, read_live
 from control_plane.domain.projectfile.planner import Planner, plan
+from control_plane.domain.projectfile.steps import Unit
 from control_plane.errors import ApiError, FieldError
 from control_plane.publishing.change import Change
 
@@ -48,9 +50,22 @@ def named(where: str) -> Iterator[None]:
 
 
 async def _execute(scope: Scope, planner: Planner) -> None:
-    for step in sorted(planner.steps, key=lambda x: (x.phase, x.order)):
+    ordered = sorted(planner.steps, key=lambda x: (x.phase, x.order))
+    unit, phase = Unit(scope, (step.run for step in ordered)), None
+    for step in ordered:
+        if step.phase != phase:
+            await _close(unit)
+            phase = step.phase
         with named(step.where):
-            await step.run(scope)
+            await step.run(unit)
+    await _close(unit)
+
+
+async def _close(unit: Unit) -> None:
+    """The end of a phase: what its bulk writers hold is flushed and published (the only bulk
+    writers are the flags': a refusal there names the document's flags)."""
+    with named("flags"):
+        await unit.close()
 
 
 async def _propose(scope: Scope, planner: Planner, file_name: str) -> list[s.OpenedRequest]:
@@ -101,15 +116,15 @@ async def plan_project(scope: Scope, body: s.PlanIn, webhook_private: str = "non
     document the services would refuse is refused here, named by its path. ``webhook_private``:
     the private addresses a webhook may reach (the instance's settings)."""
     _, planner = await _planned(scope, body.document, body.prune, webhook_private)
-    saved = (scope.change, scope.if_match)
-    scope.change, scope.if_match = Change(scope.project_id), None
+    saved = (scope.change, scope.if_match, scope.rehearsal)
+    scope.change, scope.if_match, scope.rehearsal = Change(scope.project_id), None, True
     savepoint = await scope.session.begin_nested()
     try:
         await _execute(scope, planner)
         await _propose(scope, planner, "plan")
     finally:
         await savepoint.rollback()
-        scope.change, scope.if_match = saved
+        scope.change, scope.if_match, scope.rehearsal = saved
     scope.session.expire_all()
     return planner.plan()
 

@@ -1,9 +1,11 @@
 """The writes a plan is made of, each one call of another domain's own service (validated,
-audited, versioned and published exactly as the API's), and the order they run in."""
+audited, versioned and published exactly as the API's), and the order they run in. A document's
+many new flags and settings go through the flags' bulk writers (``Unit``): the same rules, with
+the project read once and the rows flushed and published together."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -20,7 +22,46 @@ from control_plane.domain.metrics import services as metrics
 from control_plane.domain.segments import schemas as sg
 from control_plane.domain.segments import services as segments
 
-Run = Callable[[Scope], Awaitable[Any]]
+
+class Unit:
+    """What the steps of one plan or apply share: the scope (its transaction), and the writers
+    that make the many flags and settings of a document in bulk (``flags.FlagCreator``,
+    ``flags.SettingsWriter``: what they check against read once, every write checked and
+    audited as the API's, the rows flushed and published together). A writer is opened by its phase's first
+    step and closed before a step of another phase runs (``phase``), so nothing else writes
+    while it holds the project's rows."""
+
+    def __init__(self, scope: Scope, runs: Iterable[Run] = ()) -> None:
+        self.scope = scope
+        self._creator: flags.FlagCreator | None = None
+        self._writers: dict[str, flags.SettingsWriter] = {}
+        self._reads: dict[str, set[str]] = {}  # by environment: the flags its settings' steps read
+        for run in runs:
+            if isinstance(run, PutSetting):
+                self._reads.setdefault(run.env, set()).update(run.flags())
+
+    async def creator(self) -> flags.FlagCreator:
+        if self._creator is None:
+            self._creator = await flags.FlagCreator.open(self.scope)
+        return self._creator
+
+    async def writer(self, env: str) -> flags.SettingsWriter:
+        if env not in self._writers:
+            reads = self._reads.get(env, set())
+            self._writers[env] = await flags.SettingsWriter.open(self.scope, env, reads)
+        return self._writers[env]
+
+    async def close(self) -> None:
+        """Flush and publish what the open writers hold."""
+        if self._creator is not None:
+            await self._creator.close()
+            self._creator = None
+        for writer in self._writers.values():
+            await writer.close()
+        self._writers = {}
+
+
+Run = Callable[[Unit], Awaitable[Any]]
 
 
 class Phase(IntEnum):
@@ -58,17 +99,17 @@ def _some(fields: dict[str, Any], names: set[str]) -> dict[str, Any]:
 
 def create_environment(key: str, after: dict[str, Any]) -> Run:
     body = envs.EnvironmentCreate(key=key, name=after["name"], critical=after["critical"])
-    return lambda scope: environments.create_environment(scope, body)
+    return lambda unit: environments.create_environment(unit.scope, body)
 
 
 def patch_environment(key: str, after: dict[str, Any], names: set[str]) -> Run:
     body = msgspec.convert(_some(after, names), envs.EnvironmentPatch)
-    return lambda scope: environments.patch_environment(scope, key, body)
+    return lambda unit: environments.patch_environment(unit.scope, key, body)
 
 
 def create_segment(key: str, after: dict[str, Any]) -> Run:
     body = msgspec.convert({**after, "key": key}, sg.SegmentCreate)
-    return lambda scope: segments.create_segment(scope, body)
+    return lambda unit: segments.create_segment(unit.scope, body)
 
 
 def segment_patch(after: dict[str, Any], names: set[str]) -> sg.SegmentPatch:
@@ -77,31 +118,35 @@ def segment_patch(after: dict[str, Any], names: set[str]) -> sg.SegmentPatch:
 
 def patch_segment(key: str, after: dict[str, Any], names: set[str]) -> Run:
     body = segment_patch(after, names)
-    return lambda scope: segments.patch_segment(scope, key, body)
+    return lambda unit: segments.patch_segment(unit.scope, key, body)
 
 
 def delete_segment(key: str) -> Run:
-    return lambda scope: segments.delete_segment(scope, key)
+    return lambda unit: segments.delete_segment(unit.scope, key)
 
 
 def create_metric(key: str, after: dict[str, Any]) -> Run:
     body = msgspec.convert({**after, "key": key}, mt.MetricCreate)
-    return lambda scope: metrics.create_metric(scope, body)
+    return lambda unit: metrics.create_metric(unit.scope, body)
 
 
 def update_metric(key: str, after: dict[str, Any], names: set[str]) -> Run:
     """A field left out (``capping``, ``currency``) is removed: sent as null."""
     body = msgspec.convert({name: after.get(name) for name in names}, mt.MetricPatch)
-    return lambda scope: metrics.update_metric(scope, key, body)
+    return lambda unit: metrics.update_metric(unit.scope, key, body)
 
 
 def delete_metric(key: str) -> Run:
-    return lambda scope: metrics.delete_metric(scope, key)
+    return lambda unit: metrics.delete_metric(unit.scope, key)
 
 
 def create_flag(after: dict[str, Any]) -> Run:
     body = msgspec.convert({k: v for k, v in after.items() if k != "archived"}, fl.FlagCreate)
-    return lambda scope: flags.create_flag(scope, body)
+
+    async def run(unit: Unit) -> None:
+        (await unit.creator()).create(body)
+
+    return run
 
 
 def flag_patch_body(after: dict[str, Any], names: set[str], idxs: set[int]) -> fl.FlagPatch:
@@ -118,15 +163,15 @@ def flag_patch_body(after: dict[str, Any], names: set[str], idxs: set[int]) -> f
 
 def patch_flag(key: str, after: dict[str, Any], names: set[str], idxs: set[int]) -> Run:
     body = flag_patch_body(after, names, idxs)
-    return lambda scope: flags.patch_flag(scope, key, body)
+    return lambda unit: flags.patch_flag(unit.scope, key, body)
 
 
 def archive_flag(key: str) -> Run:
-    return lambda scope: flags.archive_flag(scope, key)
+    return lambda unit: flags.archive_flag(unit.scope, key)
 
 
 def restore_flag(key: str) -> Run:
-    return lambda scope: flags.restore_flag(scope, key)
+    return lambda unit: flags.restore_flag(unit.scope, key)
 
 
 def settings_body(after: dict[str, Any], names: set[str]) -> fl.EnvironmentSettingsIn:
@@ -137,17 +182,29 @@ def rules_body(after: dict[str, Any]) -> list[fl.RuleIn]:
     return msgspec.convert(after["rules"], list[fl.RuleIn])
 
 
-def put_setting(key: str, env: str, after: dict[str, Any], names: set[str]) -> Run:
+@dataclass(frozen=True, slots=True)
+class PutSetting:
+    """A flag's setting in one environment: its settings and rules, through the environment's
+    bulk writer (``Unit.writer``)."""
+
+    key: str
+    env: str
+    settings: fl.EnvironmentSettingsIn | None
+    rules: fl.RulesIn | None
+
+    def flags(self) -> set[str]:
+        """The flags the write reads: its own and its prerequisites."""
+        named = self.settings.prerequisites if self.settings is not None else msgspec.UNSET
+        return {self.key, *(p.key for p in named or ())}
+
+    async def __call__(self, unit: Unit) -> None:
+        await (await unit.writer(self.env)).put(self.key, self.settings, self.rules)
+
+
+def put_setting(key: str, env: str, after: dict[str, Any], names: set[str]) -> PutSetting:
     settings = settings_body(after, names) if names - {"rules"} else None
     rules = fl.RulesIn(rules=rules_body(after)) if "rules" in names else None
-
-    async def run(scope: Scope) -> None:
-        if settings is not None:
-            await flags.put_settings(scope, key, env, settings)
-        if rules is not None:
-            await flags.put_rules(scope, key, env, rules)
-
-    return run
+    return PutSetting(key, env, settings, rules)
 
 
 def topological(keys: list[str], needs: dict[str, list[str]]) -> dict[str, int]:

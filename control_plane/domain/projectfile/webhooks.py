@@ -17,7 +17,7 @@ from control_plane.domain.problems import Problems
 from control_plane.domain.projectfile import compare
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile.export import plain
-from control_plane.domain.projectfile.steps import Phase, Run
+from control_plane.domain.projectfile.steps import Phase, Run, Unit
 from control_plane.domain.webhooks import schemas as wh
 from control_plane.domain.webhooks import services as webhooks
 
@@ -61,20 +61,22 @@ async def _id(scope: Scope, url: str) -> str:
 
 def _create(url: str, after: dict[str, Any], policy: str) -> Run:
     body = msgspec.convert({**after, "url": url}, wh.WebhookCreate)
-    return lambda scope: webhooks.create_webhook(scope, body, policy)
+    return lambda unit: webhooks.create_webhook(unit.scope, body, policy)
 
 
 def _patch(url: str, after: dict[str, Any], names: set[str], policy: str) -> Run:
     body = msgspec.convert({k: v for k, v in after.items() if k in names}, wh.WebhookPatch)
 
-    async def run(scope: Scope) -> wh.Webhook:
+    async def run(unit: Unit) -> wh.Webhook:
+        scope = unit.scope
         return await webhooks.patch_webhook(scope, await _id(scope, url), body, policy)
 
     return run
 
 
 def _delete(url: str) -> Run:
-    async def run(scope: Scope) -> wh.Deleted:
+    async def run(unit: Unit) -> wh.Deleted:
+        scope = unit.scope
         return await webhooks.delete_webhook(scope, await _id(scope, url))
 
     return run
