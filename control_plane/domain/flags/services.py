@@ -695,20 +695,24 @@ class SettingsWriter:
         await writer._load(keys)
         return writer
 
+    def _with_settings(self, keys: Collection[str]) -> Select[Flag, FlagSetting]:
+        """The project's flags ``keys`` with their setting in this environment."""
+        return (
+            select(Flag, FlagSetting)
+            .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+            .where(
+                Flag.project_id == self.scope.project_id,
+                Flag.key.in_(sorted(keys)),
+                FlagSetting.environment_id == self.env.id,
+            )
+        )
+
     async def _load(self, keys: Collection[str]) -> None:
         """Read the flags ``keys`` and their settings here, those not read yet (bulk)."""
         wanted = sorted(k for k in keys if k not in self.flags and k not in self.missing)
         for start in range(0, len(wanted), CHUNK):
             chunk = wanted[start : start + CHUNK]
-            rows = await self.scope.session.execute(
-                select(Flag, FlagSetting)
-                .join(FlagSetting, FlagSetting.flag_id == Flag.id)
-                .where(
-                    Flag.project_id == self.scope.project_id,
-                    Flag.key.in_(chunk),
-                    FlagSetting.environment_id == self.env.id,
-                )
-            )
+            rows = await self.scope.session.execute(self._with_settings(chunk))
             for flag, setting in rows:
                 self.flags[flag.key] = flag
                 self.settings[flag.id] = setting
@@ -778,15 +782,7 @@ class SettingsWriter:
                 for k in keys
                 if k in self.flags and self.flags[k].id in self.settings
             }
-        rows = await self.scope.session.execute(
-            select(Flag, FlagSetting)
-            .join(FlagSetting, FlagSetting.flag_id == Flag.id)
-            .where(
-                Flag.project_id == self.scope.project_id,
-                Flag.key.in_(keys),
-                FlagSetting.environment_id == self.env.id,
-            )
-        )
+        rows = await self.scope.session.execute(self._with_settings(keys))
         return {other.key: flag_snapshot(other, other_setting) for other, other_setting in rows}
 
     async def _prerequisites(
