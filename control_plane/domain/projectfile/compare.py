@@ -144,3 +144,9 @@ def _same_number(a: Any, b: Any) -> bool:
         and not isinstance(b, bool)
         and a == b
     )
+
+
+def fields(changes: list[FieldChange]) -> set[str]:
+    """The top-level fields ``changes`` touch (``rules[0].serve`` → ``rules``): what an update
+    step sends."""
+    return {c.path.split(".")[0].split("[")[0] for c in changes}

@@ -182,10 +182,6 @@ def _set_status(key: str, status: ex.Status) -> Run:
     return lambda unit: experiments.set_status(unit.scope, key, body)
 
 
-def _top(changes: list[s.FieldChange]) -> set[str]:
-    return {c.path.split(".")[0].split("[")[0] for c in changes}
-
-
 def plan(p: Planner) -> None:
     live = {e.key: e for e in p.live.doc.experiments}
     for i, given in enumerate(p.doc.experiments):
@@ -205,7 +201,7 @@ def plan(p: Planner) -> None:
             p.unchanged.append(f"experiment {given.key}")
             continue
         p.note("experiment", given.key, "update", changes)
-        names = _top(changes)
+        names = compare.fields(changes)
         if "status" in names and status == "draft":
             p.step(Phase.EXPERIMENT, where, _set_status(given.key, status), TO_DRAFT)
         if names & set(PATCHABLE):

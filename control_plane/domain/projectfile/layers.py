@@ -88,10 +88,6 @@ def _update_holdout(key: str, after: dict[str, Any], names: set[str]) -> Run:
     return lambda unit: layers.update_holdout(unit.scope, key, body)
 
 
-def _top(changes: list[s.FieldChange]) -> set[str]:
-    return {c.path.split(".")[0].split("[")[0] for c in changes}
-
-
 def _layers(p: Planner) -> None:
     live = {x.key: x for x in p.live.doc.layers}
     for i, given in enumerate(p.doc.layers):
@@ -127,7 +123,7 @@ def _holdouts(p: Planner) -> None:
             p.unchanged.append(f"holdout {given.key}")
             continue
         p.note("holdout", given.key, "update", changes)
-        run = _update_holdout(given.key, after, _top(changes))
+        run = _update_holdout(given.key, after, compare.fields(changes))
         p.step(Phase.LAYER, where, run, HOLDOUTS)
     for key in sorted(set(live) - {x.key for x in p.doc.holdouts}):
         p.unchanged.append(f"holdout {key} (not in the document: holdouts are never pruned)")

@@ -13,10 +13,6 @@ from control_plane.domain.projectfile.export import Live
 from control_plane.domain.projectfile.steps import Phase, Run, Step
 
 
-def _top(changes: list[s.FieldChange]) -> set[str]:
-    return {c.path.split(".")[0].split("[")[0] for c in changes}
-
-
 def _segment_keys(rules: list[dict[str, Any]]) -> list[str]:
     return [
         str(key)
@@ -103,7 +99,11 @@ def _environments(p: Planner) -> None:
             p.unchanged.append(f"environment {given.key}")
             continue
         p.note("environment", given.key, "update", changes)
-        p.step(Phase.ENVIRONMENT, where, steps.patch_environment(given.key, after, _top(changes)))
+        p.step(
+            Phase.ENVIRONMENT,
+            where,
+            steps.patch_environment(given.key, after, compare.fields(changes)),
+        )
     for key in sorted(set(live) - {e.key for e in p.doc.environments}):
         p.unchanged.append(
             f"environment {key} (not in the document: environments are never pruned)"
@@ -130,7 +130,7 @@ def _segments(p: Planner) -> None:
         if not changes:
             p.unchanged.append(f"segment {given.key}")
             continue
-        names, env = _top(changes), _protected_user(p, given.key)
+        names, env = compare.fields(changes), _protected_user(p, given.key)
         if env is not None:
             p.note("segment", given.key, "propose", changes, env)
             p.propose(env, ChangeIn(segment=given.key, patch=steps.segment_patch(after, names)))
@@ -165,7 +165,7 @@ def _flag(p: Planner, i: int, given: s.FlagDoc, before: s.FlagDoc | None) -> Non
         return
     old = compare.flag(before, before)
     changes = [c for c in compare.diff(old, after) if c.path != "archived"]
-    names = _top(changes)
+    names = compare.fields(changes)
     archived = given.archived if given.archived != before.archived else None
     guard = _guarding(p)
     if guard is not None and (names & SERVED or archived is not None):
@@ -199,7 +199,7 @@ def _setting(
     if not changes:
         p.unchanged.append(f"setting {key}")
         return
-    names = _top(changes) if live is not None else set(after)
+    names = compare.fields(changes) if live is not None else set(after)
     if p.approvals.get(env, 0) > 0:
         p.note("setting", given.key, "propose", changes, env)
         settings = steps.settings_body(after, names) if names - {"rules"} else None
@@ -251,7 +251,7 @@ def _metrics(p: Planner) -> None:
             p.unchanged.append(f"metric {given.key}")
             continue
         p.note("metric", given.key, "update", changes)
-        p.step(Phase.METRIC, where, steps.update_metric(given.key, after, _top(changes)))
+        p.step(Phase.METRIC, where, steps.update_metric(given.key, after, compare.fields(changes)))
     if p.prune:
         for key in sorted(set(live) - {m.key for m in p.doc.metrics}):
             p.note("metric", key, "delete", [])

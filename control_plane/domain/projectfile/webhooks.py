@@ -82,10 +82,6 @@ def _delete(url: str) -> Run:
     return run
 
 
-def _top(changes: list[s.FieldChange]) -> set[str]:
-    return {c.path.split(".")[0].split("[")[0] for c in changes}
-
-
 def plan(p: Planner) -> None:
     live = {w.url: w for w in reversed(p.live.doc.webhooks)}
     for i, given in enumerate(p.doc.webhooks):
@@ -103,7 +99,7 @@ def plan(p: Planner) -> None:
             p.unchanged.append(f"webhook {given.url}")
             continue
         p.note("webhook", given.url, "update", changes)
-        run = _patch(given.url, after, _top(changes), p.webhook_private)
+        run = _patch(given.url, after, compare.fields(changes), p.webhook_private)
         p.step(Phase.WEBHOOK, where, run, WRITE)
     if p.prune:
         for url in sorted(set(live) - {w.url for w in p.doc.webhooks}):
