@@ -60,8 +60,10 @@
       ? Object.assign({ kind: "multi" }, kinds, { user: Object.assign(mine, { key: unit }) })
       : Object.assign(mine, { targetingKey: unit });
   };
+  // keepalive: an exposure is sent as the variant is shown, and must outlive a visitor who
+  // leaves at once (a page closed with the request in flight would cancel it)
   const assign = (key) => post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign",
-    { unit, units: units(), context: context(), url: location.href });
+    { unit, units: units(), context: context(), url: location.href }, true);
   let sess = (store("vane_s") || "").split(".");
   const remember = () => {
     if (!consent) return;
