@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -164,6 +164,26 @@ def browser() -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture
+def visitors(browser: Any) -> Iterator[Callable[[], Any]]:
+    """New browser profiles, a visitor each, all closed when the test ends. A visitor's browser
+    lives on after they close a tab; closing the profile at once would cancel the beacon and the
+    keepalive requests the closed page handed to it (what a test did, never a visitor)."""
+    made: list[Any] = []
+
+    def new() -> Any:
+        ctx = browser.new_context()
+        ctx.set_default_timeout(15_000)
+        made.append(ctx)
+        return ctx
+
+    try:
+        yield new
+    finally:
+        for ctx in made:
+            ctx.close()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -450,7 +451,9 @@ def test_works_under_a_strict_content_security_policy(site: Site, context: Any) 
     assert [m for m in messages if "Content Security Policy" in m] == []
 
 
-def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any) -> None:
+def test_results_count_the_browsers_exposures_and_goals(
+    site: Site, visitors: Callable[[], Any]
+) -> None:
     """The spec's flow: an element and a cta experiment on a page with the documented tag,
     visitors who sign up or buy, and the results through the API."""
     element_experiment(site, "landing", "/landing", "#pitch", goal="signup")
@@ -477,25 +480,22 @@ def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any
     site.page("/landing", body)
     units = []
     for i in range(6):
-        ctx = context.browser.new_context()
-        try:
-            page = ctx.new_page()
-            page.goto(site.pages.url + "/landing")
-            page.evaluate("vane.ready()")
-            unit = page.evaluate("vane.unit")
-            units.append(unit)
-            variant = variant_of("landing", unit, TWO, [None, None])
-            expected = "Brand new headline" if variant == "treatment" else "Original pitch"
-            assert page.text_content("#pitch") == expected
-            cta = variant_of("landing-cta", unit, TWO, [None, None])
-            assert page.text_content("#buy") == ("Buy now" if cta == "treatment" else "Buy")
-            if i % 2 == 0:
-                page.click("#signup")
-            if i % 3 == 0:
-                page.click("#buy")
-            page.close()  # pagehide flushes
-        finally:
-            ctx.close()
+        ctx = visitors()
+        page = ctx.new_page()
+        page.goto(site.pages.url + "/landing")
+        page.evaluate("vane.ready()")
+        unit = page.evaluate("vane.unit")
+        units.append(unit)
+        variant = variant_of("landing", unit, TWO, [None, None])
+        expected = "Brand new headline" if variant == "treatment" else "Original pitch"
+        assert page.text_content("#pitch") == expected
+        cta = variant_of("landing-cta", unit, TWO, [None, None])
+        assert page.text_content("#buy") == ("Buy now" if cta == "treatment" else "Buy")
+        if i % 2 == 0:
+            page.click("#signup")
+        if i % 3 == 0:
+            page.click("#buy")
+        page.close()  # pagehide flushes
 
     def expected_counts(key: str, every: int) -> dict[str, tuple[int, int]]:
         arms = [variant_of(key, u, TWO, [None, None]) for u in units]
@@ -504,13 +504,24 @@ def test_results_count_the_browsers_exposures_and_goals(site: Site, context: Any
             for v in TWO
         }
 
-    def counted(key: str, every: int) -> bool:
+    def got(key: str) -> dict[str, tuple[int, int]]:
         results = site.api("GET", f"/experiments/{key}").json()["results"]
-        got = {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]}
-        return got == expected_counts(key, every)
+        return {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]}
 
-    eventually(lambda: counted("landing", 2), 60, "exposures and signups counted", every=0.5)
-    eventually(lambda: counted("landing-cta", 3), 60, "exposures and clicks counted", every=0.5)
+    def seen(key: str, every: int) -> str:
+        stored = {u: [e["event"] for e in site.stored(u)] for u in units}
+        return f"{got(key)} != {expected_counts(key, every)}; stored: {stored}"
+
+    def counted(key: str, every: int, what: str) -> None:
+        eventually(
+            lambda: got(key) == expected_counts(key, every),
+            60,
+            lambda: f"exposures and {what}: {seen(key, every)}",
+            every=0.5,
+        )
+
+    counted("landing", 2, "signups")
+    counted("landing-cta", 3, "clicks")
     assert site.api("GET", "/experiments/landing").json()["exposed"] == len(units)
     for i in (0, 3):
         [purchase] = site.wait_stored(units[i], "purchase")
@@ -687,7 +698,7 @@ def test_repeat_views_read_the_selectors_from_the_browser_cache(site: Site, cont
 
 
 def test_an_experiment_randomized_on_accounts_and_a_rule_on_the_organization(
-    site: Site, context: Any
+    site: Site, visitors: Callable[[], Any]
 ) -> None:
     """Issue #23: pages identify their user and the user's organization. Every user of one
     account sees the account's variant, the relay assigns a backend the same, a flag with a rule
@@ -723,22 +734,17 @@ def test_an_experiment_randomized_on_accounts_and_a_rule_on_the_organization(
         variant = variant_of("team-pitch", f"organization:{account}", TWO, [None, None])
         expected = "Brand new headline" if variant == "treatment" else "Original pitch"
         for user in users:
-            ctx = context.browser.new_context()
-            try:
-                page = ctx.new_page()
-                page.goto(site.pages.url + "/teams")
-                page.evaluate("vane.ready()")
-                who = json.dumps({"organization": {"key": account, "plan": plan}})
-                page.evaluate(f"vane.identify({json.dumps(user)}, {who})")
-                assert page.text_content("#pitch") == expected, (account, user)
-                assert page.evaluate("vane.flag('enterprise-banner', null)") is (
-                    plan == "enterprise"
-                )
-                if user.endswith("1"):
-                    page.evaluate("vane.track('upgrade', {unitKind: 'organization'})")
-                page.close()  # pagehide flushes
-            finally:
-                ctx.close()
+            ctx = visitors()
+            page = ctx.new_page()
+            page.goto(site.pages.url + "/teams")
+            page.evaluate("vane.ready()")
+            who = json.dumps({"organization": {"key": account, "plan": plan}})
+            page.evaluate(f"vane.identify({json.dumps(user)}, {who})")
+            assert page.text_content("#pitch") == expected, (account, user)
+            assert page.evaluate("vane.flag('enterprise-banner', null)") is (plan == "enterprise")
+            if user.endswith("1"):
+                page.evaluate("vane.track('upgrade', {unitKind: 'organization'})")
+            page.close()  # pagehide flushes
         assigned = httpx.post(
             f"{site.relay.url}/sdk/v1/experiments/team-pitch/assign",
             json={
@@ -757,7 +763,16 @@ def test_an_experiment_randomized_on_accounts_and_a_rule_on_the_organization(
         converted = sum(v["conversions"] for v in results["variants"])
         return (exposed, converted) == (2, 2)  # two accounts, each converted once
 
-    eventually(counted, 60, "the accounts' exposures and upgrades counted", every=0.5)
+    def seen() -> str:
+        results = site.api("GET", "/experiments/team-pitch").json()["results"]
+        got = [(v["key"], v["exposed"], v["conversions"]) for v in results["variants"]]
+        stored = {
+            u: [e["event"] for e in site.stored(u)]
+            for u in ("organization:acme", "organization:globex")
+        }
+        return f"the accounts' exposures and upgrades counted: {got}; stored: {stored}"
+
+    eventually(counted, 60, seen, every=0.5)
     [upgrade] = site.wait_stored("organization:acme", "upgrade")
     assert upgrade["unit"] == "organization:acme"
     missing = httpx.post(
@@ -771,7 +786,7 @@ def test_an_experiment_randomized_on_accounts_and_a_rule_on_the_organization(
 
 
 def test_a_users_attributes_reach_flags_and_the_experiments_dimensions(
-    site: Site, context: Any
+    site: Site, visitors: Callable[[], Any]
 ) -> None:
     """Issue #24: ``identify(unit, {user: {...}})`` gives the unit's own attributes: a flag's
     rule on ``country`` reaches the page, and an experiment that splits its results by country
@@ -804,20 +819,17 @@ def test_a_users_attributes_reach_flags_and_the_experiments_dimensions(
     site.page("/plans", '<h1 id="plans">Original pitch</h1>')
     users = {"de-1": "DE", "de-2": "DE", "fr-1": "FR"}
     for user, country in users.items():
-        ctx = context.browser.new_context()
-        try:
-            page = ctx.new_page()
-            page.goto(site.pages.url + "/plans")
-            page.evaluate("vane.ready()")
-            who = json.dumps({"user": {"country": country}})
-            page.evaluate(f"vane.identify({json.dumps(user)}, {who})")
-            variant = variant_of("plans-pitch", user, TWO, [None, None])
-            expected = "Brand new headline" if variant == "treatment" else "Original pitch"
-            assert page.text_content("#plans") == expected
-            assert page.evaluate("vane.flag('de-banner', null)") is (country == "DE")
-            page.close()
-        finally:
-            ctx.close()
+        ctx = visitors()
+        page = ctx.new_page()
+        page.goto(site.pages.url + "/plans")
+        page.evaluate("vane.ready()")
+        who = json.dumps({"user": {"country": country}})
+        page.evaluate(f"vane.identify({json.dumps(user)}, {who})")
+        variant = variant_of("plans-pitch", user, TWO, [None, None])
+        expected = "Brand new headline" if variant == "treatment" else "Original pitch"
+        assert page.text_content("#plans") == expected
+        assert page.evaluate("vane.flag('de-banner', null)") is (country == "DE")
+        page.close()
 
     def slices() -> dict[str, int]:
         answer = site.api("GET", "/experiments/plans-pitch?dimension=country&minUnits=2")

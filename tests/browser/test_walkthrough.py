@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def walkthrough() -> tuple[list[tuple[str, dict[str, Any]]], str, list[str]]:
     return calls, html, reads
 
 
-def test_the_documented_walkthrough(site: Site, browser: Any) -> None:
+def test_the_documented_walkthrough(site: Site, visitors: Callable[[], Any]) -> None:
     calls, html, reads = walkthrough()
     assert [path for path, _ in calls] == ["/metrics", "/experiments", "/experiments"]
     for path, body in calls:
@@ -48,26 +49,22 @@ def test_the_documented_walkthrough(site: Site, browser: Any) -> None:
     variants = {"headline": ["control", "bold"], "buy-button": ["control", "green"]}
     seen: list[tuple[str, str, str]] = []
     for visitor in range(4):
-        context = browser.new_context()
-        try:
-            page = context.new_page()
-            page.goto(url)
-            # applied, as a visitor sees it (ready() also settles after 3 s without the relay's
-            # answer: a busy machine)
-            page.wait_for_function("performance.getEntriesByName('vane:applied').length > 0")
-            unit = page.evaluate("vane.unit")
-            headline = variant_of("headline", unit, variants["headline"], [None, None])
-            button = variant_of("buy-button", unit, variants["buy-button"], [None, None])
-            assert page.text_content("#headline") == (
-                "Ship twice as fast" if headline == "bold" else "Deploy with confidence"
-            )
-            assert page.text_content("#buy") == ("Buy now" if button == "green" else "Buy")
-            if visitor % 2 == 0:
-                page.click("#buy")
-            page.close()
-            seen.append((unit, headline, button))
-        finally:
-            context.close()
+        page = visitors().new_page()
+        page.goto(url)
+        # applied, as a visitor sees it (ready() also settles after 3 s without the relay's
+        # answer: a busy machine)
+        page.wait_for_function("performance.getEntriesByName('vane:applied').length > 0")
+        unit = page.evaluate("vane.unit")
+        headline = variant_of("headline", unit, variants["headline"], [None, None])
+        button = variant_of("buy-button", unit, variants["buy-button"], [None, None])
+        assert page.text_content("#headline") == (
+            "Ship twice as fast" if headline == "bold" else "Deploy with confidence"
+        )
+        assert page.text_content("#buy") == ("Buy now" if button == "green" else "Buy")
+        if visitor % 2 == 0:
+            page.click("#buy")
+        page.close()  # the tab; the visitor's browser lives on (the profile closes at the end)
+        seen.append((unit, headline, button))
     assert reads == ["/experiments/headline", "/experiments/buy-button"]
 
     def results(path: str) -> dict[str, tuple[int, int]]:
