@@ -853,17 +853,23 @@ class SettingsWriter:
         if rules is not None:
             await self.put_rules(key, rules)
 
+    async def _writable(self, key: str, doing: str) -> tuple[Flag, FlagSetting]:
+        """The flag ``key`` and its setting here, once the write may go ahead: the permission,
+        the environment's approval rule, the flag not archived, the If-Match version."""
+        self.scope.require(Permission.EDIT)
+        flag, setting = await self._flag_setting(key)
+        refuse_unapproved(self.scope, self.env, doing)
+        refuse_archived(flag)
+        await _expect_setting(self.scope, setting)
+        return flag, setting
+
     async def put_settings(
         self, key: str, body: s.EnvironmentSettingsIn, *, check: bool = True
     ) -> s.EnvironmentSettings:
         """``check=False``: the engine's check is left to a write of the rules that follows in
         the same unit of work (``put``)."""
         scope, env = self.scope, self.env
-        scope.require(Permission.EDIT)
-        flag, setting = await self._flag_setting(key)
-        refuse_unapproved(scope, env, f"changing the settings of flag {key!r}")
-        refuse_archived(flag)
-        await _expect_setting(scope, setting)
+        flag, setting = await self._writable(key, f"changing the settings of flag {key!r}")
         before = settings_out(flag, env.key, setting)
         idxs = variation_indexes(flag)
         problems = base.Problems()
@@ -905,11 +911,7 @@ class SettingsWriter:
 
     async def put_rules(self, key: str, body: s.RulesIn) -> s.Rules:
         scope, env = self.scope, self.env
-        scope.require(Permission.EDIT)
-        flag, setting = await self._flag_setting(key)
-        refuse_unapproved(scope, env, f"changing the rules of flag {key!r}")
-        refuse_archived(flag)
-        await _expect_setting(scope, setting)
+        flag, setting = await self._writable(key, f"changing the rules of flag {key!r}")
         before = s.Rules(
             flag=flag.key,
             environment=env.key,
@@ -937,21 +939,21 @@ class SettingsWriter:
         return after
 
 
-async def _writer(scope: Scope, key: str, env_key: str) -> tuple[SettingsWriter, str]:
+async def _writer(scope: Scope, key: str, env_key: str) -> SettingsWriter:
     """One write's: the flag ``key`` and its setting in ``env_key`` read as ``flag_setting``
     reads them (404 for either)."""
     flag, env, setting = await flag_setting(scope, key, env_key)
     writer = SettingsWriter(scope, env, bulk=False)
     writer.flags[flag.key] = flag
     writer.settings[flag.id] = setting
-    return writer, key
+    return writer
 
 
 async def put_settings(
     scope: Scope, key: str, env_key: str, body: s.EnvironmentSettingsIn
 ) -> s.EnvironmentSettings:
     scope.require(Permission.EDIT)
-    writer, key = await _writer(scope, key, env_key)
+    writer = await _writer(scope, key, env_key)
     return await writer.put_settings(key, body)
 
 
@@ -990,7 +992,7 @@ async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggl
 
 async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.Rules:
     scope.require(Permission.EDIT)
-    writer, key = await _writer(scope, key, env_key)
+    writer = await _writer(scope, key, env_key)
     return await writer.put_rules(key, body)
 
 
