@@ -210,5 +210,4 @@ def plan(p: Planner) -> None:
             p.step(Phase.EXPERIMENT, where, _metrics(given.key, after), METRICS)
         if "status" in names and status != "draft":
             p.step(Phase.EXPERIMENT, where, _set_status(given.key, status), STATUS)
-    for key in sorted(set(live) - {e.key for e in p.doc.experiments}):
-        p.unchanged.append(f"experiment {key} (not in the document: experiments are never pruned)")
+    p.never_pruned("experiment", live, (e.key for e in p.doc.experiments))

@@ -102,8 +102,7 @@ def _layers(p: Planner) -> None:
             continue
         p.note("layer", given.key, "update", changes)
         p.step(Phase.LAYER, where, _update_layer(given.key, after), LAYERS)
-    for key in sorted(set(live) - {x.key for x in p.doc.layers}):
-        p.unchanged.append(f"layer {key} (not in the document: layers are never pruned)")
+    p.never_pruned("layer", live, (x.key for x in p.doc.layers))
 
 
 def _holdouts(p: Planner) -> None:
@@ -125,8 +124,7 @@ def _holdouts(p: Planner) -> None:
         p.note("holdout", given.key, "update", changes)
         run = _update_holdout(given.key, after, compare.fields(changes))
         p.step(Phase.LAYER, where, run, HOLDOUTS)
-    for key in sorted(set(live) - {x.key for x in p.doc.holdouts}):
-        p.unchanged.append(f"holdout {key} (not in the document: holdouts are never pruned)")
+    p.never_pruned("holdout", live, (x.key for x in p.doc.holdouts))
 
 
 def plan(p: Planner) -> None:

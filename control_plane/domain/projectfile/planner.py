@@ -3,6 +3,7 @@ changed (field by field) or left alone, and the steps that would do it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,11 @@ class Planner:
 
     def step(self, phase: Phase, where: str, run: Run, order: int = 0) -> None:
         self.steps.append(Step(phase, order, where, run))
+
+    def never_pruned(self, kind: str, live: Iterable[str], given: Iterable[str]) -> None:
+        """What is live of ``kind`` and not in the document stays, listed as left alone."""
+        for key in sorted(set(live) - set(given)):
+            self.unchanged.append(f"{kind} {key} (not in the document: {kind}s are never pruned)")
 
     def propose(self, env: str, item: ChangeIn) -> None:
         self.proposals.setdefault(env, []).append(item)
@@ -104,10 +110,7 @@ def _environments(p: Planner) -> None:
             where,
             steps.patch_environment(given.key, after, compare.fields(changes)),
         )
-    for key in sorted(set(live) - {e.key for e in p.doc.environments}):
-        p.unchanged.append(
-            f"environment {key} (not in the document: environments are never pruned)"
-        )
+    p.never_pruned("environment", live, (e.key for e in p.doc.environments))
 
 
 def _protected_user(p: Planner, segment: str) -> str | None:
