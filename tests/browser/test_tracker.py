@@ -143,11 +143,17 @@ def test_text_the_parser_adds_to_a_swapped_element_is_replaced_when_parsing_ends
     element_experiment(site, "appended", "/appended", "#grown")
     [treatment] = units_in("appended", "treatment")
     [control] = units_in("appended", "control")
+    # the parser may also finish the body before the tracker's observer has swapped the
+    # heading (no microtask checkpoint in between: a busy machine): then there is no text of
+    # the tracker's to add to, nothing is added, and the original is simply "<b>Bold</b>"
     context.add_init_script(
-        """document.addEventListener("readystatechange", () => {
+        """window.__appended = false;
+        document.addEventListener("readystatechange", () => {
           const el = document.getElementById("grown");
-          if (document.readyState === "interactive" && el && el.lastChild) {
-            el.lastChild.appendData("Original");  // what the parser had not yet added
+          const last = el && el.lastChild;
+          if (document.readyState === "interactive" && last && last.nodeType === 3) {
+            last.appendData("Original");  // what the parser had not yet added
+            window.__appended = true;
           }
         });"""
     )
@@ -155,10 +161,11 @@ def test_text_the_parser_adds_to_a_swapped_element_is_replaced_when_parsing_ends
     page.goto(site.page("/appended", '<h1 id="grown"><b>Bold</b></h1>', unit=treatment))
     page.evaluate("vane.ready()")
     assert page.text_content("#grown") == "Brand new headline"
+    appended = page.evaluate("window.__appended")
     # that text was the original's: a unit in control gets the whole original back
     page.evaluate(f"vane.identify({json.dumps(control)})")
-    expect(page.locator("#grown")).to_have_text("BoldOriginal")
-    assert page.inner_html("#grown") == "<b>Bold</b>Original"
+    expect(page.locator("#grown")).to_have_text("BoldOriginal" if appended else "Bold")
+    assert page.inner_html("#grown") == ("<b>Bold</b>Original" if appended else "<b>Bold</b>")
 
 
 def test_cta_swap_and_click_sends_the_goal(site: Site, context: Any) -> None:
