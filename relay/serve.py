@@ -38,21 +38,19 @@ def serve(options: ServeOptions) -> None:
 
 
 def run_workers(options: ServeOptions) -> None:
-    from granian import Granian
     from granian.http import HTTP1Settings
 
-    Granian(
+    from shared.serving import run_workers as run_granian_workers
+
+    run_granian_workers(
         APP,
-        factory=True,
-        address=options.host,
-        port=options.port,
-        interface="asgi",  # type: ignore[arg-type]
         workers=options.workers,
-        log_access=False,
+        host=options.host,
+        port=options.port,
         backpressure=options.backpressure,
         http1_settings=HTTP1Settings(max_buffer_size=options.http_buffer_bytes),
         backlog=options.backlog,
-    ).serve()
+    )
 
 
 def run_embedded(options: ServeOptions) -> None:

@@ -37,6 +37,54 @@ class Embedded:
     server_options: dict[str, Any] = field(default_factory=dict)
 
 
+_WORKER_APP = "VANE_WORKER_APP"
+_WORKER_PARENT = "VANE_WORKER_PARENT"
+
+
+def run_workers(factory: str, *, workers: int, host: str, port: int, **options: Any) -> None:
+    """granian's main process and ``workers`` worker processes serving ``factory``
+    (``module:function``, called in each worker), each of which dies with the main process."""
+    from granian import Granian
+
+    os.environ[_WORKER_APP] = factory
+    os.environ[_WORKER_PARENT] = str(os.getpid())
+    Granian(
+        f"{__name__}:worker_app",
+        factory=True,
+        address=host,
+        port=port,
+        interface="asgi",  # type: ignore[arg-type]
+        workers=workers,
+        log_access=False,
+        **options,
+    ).serve()
+
+
+def worker_app() -> Any:
+    """In a worker of ``run_workers``: ask for SIGKILL when the main process dies, leave at once if
+    it died already, then make the app. The main process goes only by ``kill -9`` or a crash (a
+    stop signal it passes on), and a worker told by SIGTERM then can hang in its own shutdown,
+    its stop being the main process's to run; what a relay's worker took in is on disk already."""
+    import importlib
+
+    die_with_parent(int(os.environ[_WORKER_PARENT]), signal.SIGKILL)
+    module, _, name = os.environ[_WORKER_APP].partition(":")
+    return getattr(importlib.import_module(module), name)()
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """``sig`` to this process when its parent dies (Linux's ``PR_SET_PDEATHSIG``; elsewhere
+    nothing); exit at once if the parent, ``parent``, is gone already."""
+    if not sys.platform.startswith("linux"):  # pragma: no cover - macOS, Windows
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
+
+
 def run_embedded(embedded: Embedded) -> None:
     try:
         import uvloop

@@ -91,7 +91,9 @@ class Process:
                 os.killpg(self.popen.pid, signal.SIGKILL)
                 self.popen.wait(timeout=timeout)
         self._reader.join(timeout=5)
-        if self.popen.stdout is not None:
+        # a process that left a child holding its output (an orphan) keeps the reader blocked on
+        # it: closing the pipe under it would wait for ever, so it is left to the daemon thread
+        if self.popen.stdout is not None and not self._reader.is_alive():
             self.popen.stdout.close()
         return self.popen.returncode
 

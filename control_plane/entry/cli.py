@@ -36,7 +36,7 @@ from control_plane.entry.oneshot import in_project
 from control_plane.entry.up import cmd_up as run_up
 from control_plane.errors import ApiError
 from control_plane.publishing.hub import Hub
-from shared.serving import Embedded, leave_now, run_embedded
+from shared.serving import Embedded, leave_now, run_embedded, run_workers
 
 
 def print_issued(issued: Sequence[IssuedKey], out: Any = sys.stdout) -> None:
@@ -67,7 +67,7 @@ def cmd_control_plane(args: argparse.Namespace) -> int:
     """One worker (the default) runs in this very process (``shared.serving``): a stop signal
     ends the open streams first (relays, providers' feeds, console pages reconnect to another
     replica at once) and ``kill -9`` leaves no worker behind. More workers: granian's main
-    process and its workers."""
+    process and its workers, each dying with it."""
     url = _database_url()
     issued = _migrate_and_bootstrap(url)
     print(f"Vane control plane on http://{args.host}:{args.port}  (API /api/v1, docs /schema)")
@@ -84,17 +84,9 @@ def cmd_control_plane(args: argparse.Namespace) -> int:
 
         run_embedded(Embedded(create_app, args.host, args.port, stopping))
         leave_now()
-    from granian import Granian
-
-    Granian(
-        "control_plane.app:create_app",
-        factory=True,
-        address=args.host,
-        port=args.port,
-        interface="asgi",  # type: ignore[arg-type]
-        workers=args.workers,
-        log_access=False,
-    ).serve()
+    run_workers(
+        "control_plane.app:create_app", workers=args.workers, host=args.host, port=args.port
+    )
     return 0
 
 

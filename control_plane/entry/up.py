@@ -31,6 +31,7 @@ from control_plane.domain.people.services import WELCOME_PATH
 from control_plane.entry.bootstrap import FIRST_ADMIN_EMAIL, IssuedKey, SignInLink, first_admin
 from control_plane.entry.oneshot import in_project
 from control_plane.errors import ApiError
+from shared.serving import die_with_parent
 
 KEYS_FILE = Path(".vane/first-keys.json")
 LOG_DIR = Path(".vane/logs")
@@ -89,17 +90,6 @@ def ensure_key(
     return created.key
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent (``vane up``) dies (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-
-
 def _spawn(
     argv: list[str], log: Path, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
@@ -107,10 +97,8 @@ def _spawn(
     handle = open(log, "ab")  # noqa: SIM115 - the child keeps it
     parent = os.getpid()
 
-    def prepare() -> None:
-        _die_with_parent()
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
+    def prepare() -> None:  # in the child, before exec
+        die_with_parent(parent)
 
     return subprocess.Popen(
         argv,

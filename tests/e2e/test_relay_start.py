@@ -3,6 +3,9 @@ and the compose file's ordering."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -195,4 +198,72 @@ def test_a_relay_with_two_workers_serves_and_gives_each_its_own_spool(tmp_path: 
                 assert stream.status_code == 200
     finally:
         relay.stop()
+        control_plane.process.stop()
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_relays_workers_die_with_its_main_process(tmp_path: Path) -> None:
+    """``kill -9`` of a multi-worker relay's main process (an orchestrator's last resort) leaves
+    no worker serving the port: a new relay can take it, and no orphan keeps old flags."""
+    control_plane = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
+    port = free_port()
+    relay = Process(
+        [
+            *VANE,
+            "relay",
+            "--upstream",
+            control_plane.url,
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "relay"),
+            "--workers",
+            "2",
+        ],
+        env={"VANE_RELAY_KEY": control_plane.keys["relay"]},
+    )
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz")
+        main = relay.popen.pid
+        eventually(lambda: len(_children(main)) >= 2, what="two workers")
+        workers = _children(main)
+        os.kill(main, signal.SIGKILL)
+        relay.popen.wait(timeout=10)
+        eventually(lambda: all(_gone(pid) for pid in workers), what="the workers gone")
+
+        def refused() -> bool:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+            except httpx.TransportError:
+                return True
+            return False
+
+        eventually(refused, what="nothing serving the port")
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # what is left of its group, if anything
+            os.killpg(relay.popen.pid, signal.SIGKILL)
+        relay.stop(signal.SIGKILL)
         control_plane.process.stop()
