@@ -140,6 +140,8 @@ def test_failed_sign_ins_are_throttled_per_client_address(api: Api) -> None:
     person(api, "carol@example.com", "viewer")
     blocked = sign_in_form(api, "carol@example.com", PASSWORD)
     assert blocked.status_code == 429  # type: ignore[attr-defined]
+    assert int(blocked.headers["retry-after"]) > 0  # type: ignore[attr-defined]
+    assert "try again in" in blocked.text  # type: ignore[attr-defined]
 
 
 def test_sign_out_everywhere_ends_every_session_of_the_person(api: Api) -> None:
