@@ -26,3 +26,22 @@ def test_openapi_lists_the_api_with_camel_case_bodies(api: Api) -> None:
     properties = document["components"]["schemas"]["FlagCreate"]["properties"]
     assert "bucketBy" in properties
     assert "clientSide" in properties
+
+
+def test_required_approvals_is_documented_from_0_to_5(api: Api) -> None:
+    schemas = api.client.get("/schema/openapi.json").json()["components"]["schemas"]
+    for name in ("EnvironmentCreate", "EnvironmentPatch"):
+        field = schemas[name]["properties"]["requiredApprovals"]
+        assert (field["minimum"], field["maximum"]) == (0, 5), (name, field)
+    # the schema is what is checked: outside it, 422 naming the field, nothing written
+    for bad in (6, -1):
+        for method, path, body in (
+            ("POST", "/environments", {"key": "eu", "requiredApprovals": bad}),
+            ("PATCH", "/environments/production", {"requiredApprovals": bad}),
+        ):
+            refused = api.request(method, path, json=body)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"]["details"][0]["field"] == "requiredApprovals"
+    assert api.get("/environments/eu").status_code == 404
+    assert api.get("/environments/production").json()["requiredApprovals"] == 0
+
