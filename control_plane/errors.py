@@ -47,12 +47,21 @@ _WHEN = {
     422: "Invalid input: each detail names its field",
     429: "Rate limited: retry after the Retry-After header's seconds",
 }
-ERROR_RESPONSES = {
-    status: ResponseSpec(data_container=ErrorResponse, description=text, generate_examples=False)
-    for status, text in _WHEN.items()
-}
+
+
+def error_spec(description: str) -> ResponseSpec:
+    """An error answer as the OpenAPI document shows it: Vane's error schema, and when."""
+    return ResponseSpec(
+        data_container=ErrorResponse, description=description, generate_examples=False
+    )
+
+
+ERROR_RESPONSES = {status: error_spec(text) for status, text in _WHEN.items()}
 """Documented on every operation, so the OpenAPI document shows each status Vane can answer with
-Vane's own error schema (not the framework's default)."""
+Vane's own error schema (not the framework's default). A handler's own ``responses`` say more
+of a status where it means more there (``domain.protection.GATED_RESPONSES``)."""
+CONFLICT = _WHEN[409]
+FORBIDDEN = _WHEN[403]
 
 
 class ApiError(Exception):

@@ -19,7 +19,6 @@ from control_plane.domain.audit import services as audit
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import schemas as env_s
 from control_plane.domain.environments import services as environments
-from control_plane.domain.environments.services import MAX_APPROVALS
 from control_plane.domain.keys import schemas as key_s
 from control_plane.domain.keys import services as keys
 from control_plane.domain.metrics import schemas as metric_s
@@ -254,7 +253,7 @@ class EnvironmentPages(ListPage):
         found = await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)
         return {
             "environments": found.items,
-            "max_approvals": MAX_APPROVALS,
+            "max_approvals": env_s.MAX_APPROVALS,
         }
 
     @get("/")

@@ -11,6 +11,8 @@ segment and schedule services call :func:`refuse_unapproved` after their permiss
 the environment needs a change request). The change requests' apply marks its unit of work
 (``Scope.applying``), which this gate lets through. The kill switch is not gated here: turning a
 flag off is the flags' ``toggle``'s emergency path, under the permission ``turn-off``.
+Each handler of a write this gate guards documents its 409 with :data:`GATED_RESPONSES` (the
+toggle with :data:`TOGGLE_RESPONSES`), so the OpenAPI document says it in one wording.
 """
 
 from __future__ import annotations
@@ -21,10 +23,42 @@ from sqlalchemy import select
 
 from control_plane.db.models import Environment
 from control_plane.domain.common import Scope
-from control_plane.errors import ApiError, FieldError
+from control_plane.errors import CONFLICT, FORBIDDEN, ApiError, FieldError, error_spec
 
 APPROVAL_REQUIRED = "approval_required"
 CHANGE_REQUESTS = "/api/v1/change-requests"
+
+_GATED = (
+    f"`{APPROVAL_REQUIRED}`: the change alters what a protected environment serves (its "
+    "`requiredApprovals` is above 0; each detail `environment` names one), so it is refused "
+    f"as a direct write, whatever the role: propose it as a change request (`POST "
+    f"{CHANGE_REQUESTS}`), which applies it once approved. "
+)
+GATED_RESPONSES = {409: error_spec(_GATED + "Otherwise: " + CONFLICT)}
+"""The 409 a write this gate guards documents (``responses=`` of its handler): one definition
+for every such handler."""
+
+TOGGLE_RESPONSES = {
+    403: error_spec(
+        "Turning a flag off needs the permission `turn-off` (an admin, or a person or key "
+        'granted "may turn off"; elsewhere than a protected environment `edit` does too), '
+        "turning it on `edit`. Otherwise: " + FORBIDDEN
+    ),
+    409: error_spec(
+        f"`{APPROVAL_REQUIRED}`: turning a flag on in a protected environment (`requiredApprovals`"
+        " above 0) needs a change request (`POST "
+        f"{CHANGE_REQUESTS}`); turning it off is never gated. Otherwise: " + CONFLICT
+    ),
+}
+"""The kill switch's answers: turning off is never gated, turning on is."""
+TOGGLE = (
+    '`{"enabled": false}` is the kill switch: it is never gated. In a protected environment it '
+    'needs `turn-off` (an admin, or a person or key granted "may turn off"), applies at once '
+    "and is audited, and sent to webhooks (`flag.toggled`), as an emergency: `after` is "
+    '`{"enabled": false, "emergency": true}`. `{"enabled": true}` needs `edit`, and in a '
+    f"protected environment a change request (409 `{APPROVAL_REQUIRED}`, `{CHANGE_REQUESTS}`)."
+)
+"""The toggle's description."""
 
 
 def protected(env: Environment) -> bool:

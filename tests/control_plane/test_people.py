@@ -5,9 +5,13 @@ deactivated, they stop at their next request. Over HTTP, as a team would use it.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 
+from control_plane.db.types import utcnow
+from control_plane.domain.people import services as people_services
+from control_plane.domain.people import signin
 from tests.conftest import Api
 from tests.control_plane.people import (
     PASSWORD,
@@ -136,6 +140,8 @@ def test_failed_sign_ins_are_throttled_per_client_address(api: Api) -> None:
     person(api, "carol@example.com", "viewer")
     blocked = sign_in_form(api, "carol@example.com", PASSWORD)
     assert blocked.status_code == 429  # type: ignore[attr-defined]
+    assert int(blocked.headers["retry-after"]) > 0  # type: ignore[attr-defined]
+    assert "try again in" in blocked.text  # type: ignore[attr-defined]
 
 
 def test_sign_out_everywhere_ends_every_session_of_the_person(api: Api) -> None:
@@ -197,6 +203,38 @@ def test_a_sign_in_link_from_another_site_is_refused(api: Api) -> None:
     assert answer.status_code == 403
     assert "vane_console" not in answer.headers.get("set-cookie", "")
     assert api.client.get(link).status_code == 200
+
+
+def test_an_expired_invitation_is_refused_and_makes_no_account(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An invitation works for 7 days: the clock the links are checked against is moved."""
+    link = invite(api, "late@example.com", "editor")
+    invited = utcnow()
+    clock = [invited + timedelta(days=7) - timedelta(minutes=1)]
+    for module in (signin, people_services):
+        monkeypatch.setattr(module, "utcnow", lambda: clock[0])
+    page = api.client.get(link)  # opened just in time, and left open past the expiry
+    assert page.status_code == 200
+    assert "Welcome to Vane" in page.text
+    clock[0] = invited + timedelta(days=7, minutes=1)
+    reopened = api.client.get(link)
+    assert reopened.status_code == 404
+    assert "This link is not valid" in reopened.text
+    assert "has expired" in reopened.text
+    assert "Ask an admin for a new one" in reopened.text
+    answer = api.client.post(
+        link,
+        data={"_login": login_token(page.text), "name": "Late", "password": PASSWORD},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 404
+    assert "has expired" in answer.text
+    assert "vane_console" not in answer.headers.get("set-cookie", "")
+    listed = api.get("/users").json()
+    assert "late@example.com" not in [p["email"] for p in listed["people"]]
+    assert listed["invitations"] == []  # no longer pending
+    assert sign_in_form(api, "late@example.com", PASSWORD).status_code == 401  # type: ignore[attr-defined]
 
 
 def test_vane_users_create_prints_a_one_time_link_that_signs_the_person_in(

@@ -70,6 +70,11 @@ BAD: list[tuple[str, Any, str]] = [
         "flags[0].environments.staging.rules[0].clauses[0].values[0]",
     ),
     ("type changed", ("flags", 1, "type"), "flags[1].type"),
+    (
+        "too many approvals",
+        ("environments", 0, "requiredApprovals"),
+        "environments[0].requiredApprovals",
+    ),
 ]
 VALUES = {
     "unknown field": "blue",
@@ -78,6 +83,7 @@ VALUES = {
     "cycle": [{"key": "checkout", "variation": 0}],
     "unknown segment": "nobody",
     "type changed": "string",
+    "too many approvals": 6,
 }
 
 
@@ -228,6 +234,8 @@ def test_the_document_schema_is_published(seeded: Api) -> None:
     setting = body["$defs"]["FlagEnvironmentDoc"]
     assert set(setting["required"]) == {"enabled", "offVariation", "fallthrough"}
     assert "rules" in setting["properties"]
+    approvals = body["$defs"]["EnvironmentDoc"]["properties"]["requiredApprovals"]
+    assert (approvals["minimum"], approvals["maximum"]) == (0, 5)
 
 
 def test_one_apply_is_published_once_with_each_environment_once(

@@ -21,7 +21,6 @@ from control_plane.domain.targeting.clauses import default_serving
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
 
-MAX_APPROVALS = 5
 CRITICAL_BY_DEFAULT = "production"
 """An environment by this key is critical unless created otherwise: toggles there ask first."""
 
@@ -40,8 +39,8 @@ def environment_out(env: Environment) -> s.Environment:
 
 
 def _check_approvals(problems: base.Problems, value: int) -> None:
-    if not 0 <= value <= MAX_APPROVALS:
-        problems.add("requiredApprovals", f"from 0 (not protected) to {MAX_APPROVALS}")
+    if not 0 <= value <= s.MAX_APPROVALS:
+        problems.add("requiredApprovals", f"from 0 (not protected) to {s.MAX_APPROVALS}")
 
 
 async def list_environments(scope: Scope, *, limit: int, cursor: str | None) -> Page[s.Environment]:

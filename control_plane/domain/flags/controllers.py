@@ -12,6 +12,7 @@ from control_plane.deps import Ctx, IfMatch
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
+from control_plane.domain.protection import GATED_RESPONSES, TOGGLE, TOGGLE_RESPONSES
 from control_plane.errors import StrictBody
 
 
@@ -67,6 +68,7 @@ class FlagController(Controller):
         summary="Update a flag",
         description="Also its variations (add, rename, change a value; a variation in use is "
         "never removed) and bucketBy; these republish every environment.",
+        responses=GATED_RESPONSES,
     )
     async def patch_flag(
         self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.FlagPatch], if_match: IfMatch = None
@@ -84,7 +86,12 @@ class FlagController(Controller):
     ) -> s.FlagDeleted:
         return await services.delete_flag(ctx, key)
 
-    @post("/{key:str}/archive", status_code=200, summary="Archive a flag")
+    @post(
+        "/{key:str}/archive",
+        status_code=200,
+        summary="Archive a flag",
+        responses=GATED_RESPONSES,
+    )
     async def archive(self, ctx: Ctx, key: FromPath[str], if_match: IfMatch = None) -> s.Flag:
         return await services.archive_flag(ctx, key)
 
@@ -92,6 +99,7 @@ class FlagController(Controller):
         "/{key:str}/restore",
         status_code=200,
         summary="Restore an archived flag",
+        responses=GATED_RESPONSES,
     )
     async def restore(self, ctx: Ctx, key: FromPath[str], if_match: IfMatch = None) -> s.Flag:
         return await services.restore_flag(ctx, key)
@@ -107,6 +115,7 @@ class FlagController(Controller):
         dto=StrictBody[s.EnvironmentSettingsIn],
         return_dto=None,
         summary="Change a flag's settings in one environment",
+        responses=GATED_RESPONSES,
     )
     async def put_settings(
         self,
@@ -124,6 +133,8 @@ class FlagController(Controller):
         return_dto=None,
         status_code=200,
         summary="Turn a flag on or off in one environment (kill switch)",
+        description=TOGGLE,
+        responses=TOGGLE_RESPONSES,
     )
     async def toggle(
         self,
@@ -156,6 +167,7 @@ class FlagController(Controller):
         dto=StrictBody[s.RulesIn],
         return_dto=None,
         summary="Replace a flag's targeting rules",
+        responses=GATED_RESPONSES,
     )
     async def put_rules(
         self,

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from control_plane.domain.environments.schemas import Approvals
 from control_plane.domain.experiments.schemas import Engine, ExperimentType, Status, VariantIn
 from control_plane.domain.flags.schemas import (
     FlagType,
@@ -35,7 +36,7 @@ class EnvironmentDoc(ApiIn):
     key: str
     name: str | None = None  # none: the key, capitalised
     critical: bool | None = None  # none: as it is (a new one: true for ``production``)
-    required_approvals: int = 0
+    required_approvals: Approvals = 0
 
 
 class FlagEnvironmentDoc(ApiIn):

@@ -10,6 +10,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
+from control_plane.domain.protection import GATED_RESPONSES
 from control_plane.domain.schedules import schemas as s
 from control_plane.domain.schedules import services
 from control_plane.errors import StrictBody
@@ -25,6 +26,7 @@ class ScheduleController(Controller):
         dto=StrictBody[s.ScheduleIn],
         return_dto=None,
         summary="Schedule a toggle ({at, enabled}) or a rollout step ({at, fallthrough})",
+        responses=GATED_RESPONSES,
     )
     async def create_schedule(
         self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.ScheduleIn]

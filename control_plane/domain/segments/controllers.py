@@ -6,6 +6,7 @@ from litestar.params import FromPath, JSONBody
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx, IfMatch
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
+from control_plane.domain.protection import GATED_RESPONSES
 from control_plane.domain.segments import schemas as s
 from control_plane.domain.segments import services
 from control_plane.errors import StrictBody
@@ -41,13 +42,19 @@ class SegmentController(Controller):
         dto=StrictBody[s.SegmentPatch],
         return_dto=None,
         summary="Update a segment",
+        responses=GATED_RESPONSES,
     )
     async def patch_segment(
         self, ctx: Ctx, key: FromPath[str], data: JSONBody[s.SegmentPatch], if_match: IfMatch = None
     ) -> s.Segment:
         return await services.patch_segment(ctx, key, data)
 
-    @delete("/{key:str}", status_code=200, summary="Delete a segment no rule uses")
+    @delete(
+        "/{key:str}",
+        status_code=200,
+        summary="Delete a segment no rule uses",
+        responses=GATED_RESPONSES,
+    )
     async def delete_segment(
         self, ctx: Ctx, key: FromPath[str], if_match: IfMatch = None
     ) -> s.Deleted:
