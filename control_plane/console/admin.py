@@ -11,6 +11,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
+from control_plane.access import ROLES
 from control_plane.console import forms
 from control_plane.console.diff import history
 from control_plane.console.pages import ListPage, do
@@ -29,7 +30,7 @@ from control_plane.domain.segments import schemas as seg_s
 from control_plane.domain.segments import services as segments
 from control_plane.domain.webhooks import schemas as hook_s
 from control_plane.domain.webhooks import services as webhooks
-from control_plane.errors import ApiError
+from control_plane.errors import ApiError, invalid
 
 PAGE_SIZE = 50
 AGGREGATIONS = ("conversion", "count", "sum", "mean", "ratio", "quantile")
@@ -49,6 +50,13 @@ def _part(form: Any, side: str) -> metric_s.PartAggregation:
 
 
 KINDS = ("management", "server", "relay", "public")
+ROLE_NAMES = tuple(role.value for role in ROLES)
+
+
+def _known_role(role: str) -> None:
+    """A role as the API's body reads it (a form may send anything): else the API's 422."""
+    if role not in ROLE_NAMES:
+        raise invalid("role", f"one of {', '.join(ROLE_NAMES)}")
 
 
 CONTEXT_LISTS = ("includedContexts", "excludedContexts")
@@ -340,7 +348,12 @@ class KeyPages(ListPage):
             environment=None,
         )
         envs = (await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)).items
-        return {"keys": found.items, "environments": envs, "next_cursor": found.next_cursor}
+        return {
+            "keys": found.items,
+            "environments": envs,
+            "next_cursor": found.next_cursor,
+            "roles": ROLE_NAMES,
+        }
 
     @get("/")
     async def keys(self, request: Request[Any, Any, Any], who: Who) -> Template:
@@ -350,16 +363,41 @@ class KeyPages(ListPage):
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         kind = forms.text(form, "kind")
+        # the role is a management key's alone (its select is in the management keys' fieldset,
+        # which the page's script disables for other kinds): another kind's key gets the API's
+        # default; a ticked "may turn off" is sent whatever the kind, and refused as the API does
+        management = kind == "management"
+        role = forms.text(form, "role") if management else "admin"
         body = key_s.KeyCreate(
             kind=kind if kind in KINDS else "public",  # type: ignore[arg-type]
             name=forms.text(form, "name").strip(),
             environment=forms.text(form, "environment") or None,
             origins=_lines(forms.text(form, "origins")),
+            role=role,  # type: ignore[arg-type]
+            may_turn_off=forms.text(form, "mayTurnOff") == "on",
         )
+
+        async def create(scope: Scope) -> key_s.CreatedKey:
+            _known_role(role)
+            return await keys.create_key(scope, body)
+
         # no redirect: the new key's secret is shown on this answer, once
-        return await self.write(
-            request, who, lambda scope: keys.create_key(scope, body), done=None, form=form
-        )
+        return await self.write(request, who, create, done=None, form=form)
+
+    @post("/{key_id:str}")
+    async def update(
+        self, request: Request[Any, Any, Any], who: Who, key_id: FromPath[str]
+    ) -> Response[Any]:
+        """A management key's role and "may turn off" grant, as ``PATCH /keys/{id}`` sets them."""
+        form = await request.form()
+        role = forms.text(form, "role")
+        body = key_s.KeyPatch(role=role, may_turn_off=forms.text(form, "mayTurnOff") == "on")  # type: ignore[arg-type]
+
+        async def update(scope: Scope) -> key_s.Key:
+            _known_role(role)
+            return await keys.patch_key(scope, key_id, body)
+
+        return await self.write(request, who, update, done=lambda _: "/console/keys")
 
     @post("/{key_id:str}/revoke")
     async def revoke(
