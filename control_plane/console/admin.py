@@ -12,11 +12,13 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
 from control_plane.access import ROLES
-from control_plane.console import forms
+from control_plane.console import forms, proposals
 from control_plane.console.diff import history
 from control_plane.console.pages import ListPage, do
 from control_plane.console.web import Who, error_page, field_errors, page, provide_signed, reading
+from control_plane.db.models import Environment
 from control_plane.domain.audit import services as audit
+from control_plane.domain.changes import schemas as change_s
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import schemas as env_s
 from control_plane.domain.environments import services as environments
@@ -73,6 +75,12 @@ def _renumbered(field: str, listed: dict[str, tuple[list[forms.KeysForm], list[i
     return field
 
 
+async def _guarding(scope: Scope, key: str) -> Environment | None:
+    """The protected environment requiring the most approvals where a live flag uses segment
+    ``key`` (None: its changes are saved at once)."""
+    return await proposals.most_demanding(scope, await segments.environments_using(scope, key))
+
+
 class SegmentPages(ListPage):
     path = "/console/segments"
     template = "segments.html"
@@ -121,6 +129,12 @@ class SegmentPages(ListPage):
             except ApiError as exc:
                 return error_page(request, who, exc, key)
             used = await segments.flags_using(scope, key)
+            guarding = await _guarding(scope, key)
+            pending = []
+            if guarding is not None:
+                pending = await proposals.open_requests(
+                    scope, None, lambda change: change.segment == key
+                )
         typed = extra.pop("rule_forms", None)
         rows = extra.pop("context_rows", None) or {
             "includedContexts": forms.context_rows(found.included_contexts),
@@ -135,6 +149,8 @@ class SegmentPages(ListPage):
             segment=found,
             typed=extra.pop("typed", None),  # name, description, members as typed
             used=used,
+            guarding=guarding,
+            pending_requests=pending,
             rule_forms=typed if typed is not None else forms.segment_rules_from_api(found.rules),
             context_rows=rows,
             operators=forms.OPERATORS,
@@ -172,13 +188,27 @@ class SegmentPages(ListPage):
             excluded_contexts=forms.contexts_in(listed["excludedContexts"][0]),
             rules=[forms.segment_rule_in(rule) for rule in typed],
         )
-        _, error = await do(
-            request,
-            who,
-            lambda scope: segments.patch_segment(scope, key, body),
-            version=forms.text(form, "version"),
-        )
+
+        async def save(scope: Scope) -> seg_s.Segment | change_s.ChangeRequest:
+            """Saved; or, where a flag of a protected environment uses the segment, proposed as
+            a change request of the same body in the most demanding such environment."""
+            guarding = await _guarding(scope, key)
+            if guarding is None:
+                return await segments.patch_segment(scope, key, body)
+            return await proposals.propose(
+                scope,
+                guarding.key,
+                form,
+                change_s.ChangeIn(segment=key, patch=body),
+                live_version=(await segments.get_segment(scope, key)).version,
+                title=f"Change segment {key} in {guarding.key}",
+            )
+
+        done, error = await do(request, who, save, version=forms.text(form, "version"))
+        if isinstance(done, change_s.ChangeRequest):
+            return Redirect(f"/console/change-requests/{done.id}", status_code=303)
         if error is not None:
+            error = proposals.unprefixed(error)
             message = (
                 error.message
                 if error.status != 412
