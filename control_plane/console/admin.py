@@ -423,11 +423,11 @@ class KeyPages(ListPage):
         role = forms.text(form, "role")
         body = key_s.KeyPatch(role=role, may_turn_off=forms.text(form, "mayTurnOff") == "on")  # type: ignore[arg-type]
 
-        async def update(scope: Scope) -> key_s.Key:
+        async def change(scope: Scope) -> key_s.Key:
             _known_role(role)
             return await keys.patch_key(scope, key_id, body)
 
-        return await self.write(request, who, update, done=lambda _: "/console/keys")
+        return await self.write(request, who, change, done=lambda _: "/console/keys")
 
     @post("/{key_id:str}/revoke")
     async def revoke(
