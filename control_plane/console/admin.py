@@ -11,11 +11,14 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
-from control_plane.console import forms
+from control_plane.access import ROLES
+from control_plane.console import forms, proposals
 from control_plane.console.diff import history
 from control_plane.console.pages import ListPage, do
 from control_plane.console.web import Who, error_page, field_errors, page, provide_signed, reading
+from control_plane.db.models import Environment
 from control_plane.domain.audit import services as audit
+from control_plane.domain.changes import schemas as change_s
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import schemas as env_s
 from control_plane.domain.environments import services as environments
@@ -28,7 +31,7 @@ from control_plane.domain.segments import schemas as seg_s
 from control_plane.domain.segments import services as segments
 from control_plane.domain.webhooks import schemas as hook_s
 from control_plane.domain.webhooks import services as webhooks
-from control_plane.errors import ApiError
+from control_plane.errors import ApiError, invalid
 
 PAGE_SIZE = 50
 AGGREGATIONS = ("conversion", "count", "sum", "mean", "ratio", "quantile")
@@ -48,6 +51,13 @@ def _part(form: Any, side: str) -> metric_s.PartAggregation:
 
 
 KINDS = ("management", "server", "relay", "public")
+ROLE_NAMES = tuple(role.value for role in ROLES)
+
+
+def _known_role(role: str) -> None:
+    """A role as the API's body reads it (a form may send anything): else the API's 422."""
+    if role not in ROLE_NAMES:
+        raise invalid("role", f"one of {', '.join(ROLE_NAMES)}")
 
 
 CONTEXT_LISTS = ("includedContexts", "excludedContexts")
@@ -62,6 +72,12 @@ def _renumbered(field: str, listed: dict[str, tuple[list[forms.KeysForm], list[i
     for name, (_, positions) in listed.items():
         field = forms.renumbered(field, name, positions)
     return field
+
+
+async def _guarding(scope: Scope, key: str) -> Environment | None:
+    """The protected environment requiring the most approvals where a live flag uses segment
+    ``key`` (None: its changes are saved at once)."""
+    return await proposals.most_demanding(scope, await segments.environments_using(scope, key))
 
 
 class SegmentPages(ListPage):
@@ -112,6 +128,12 @@ class SegmentPages(ListPage):
             except ApiError as exc:
                 return error_page(request, who, exc, key)
             used = await segments.flags_using(scope, key)
+            guarding = await _guarding(scope, key)
+            pending = []
+            if guarding is not None:
+                pending = await proposals.open_requests(
+                    scope, None, lambda change: change.segment == key
+                )
         typed = extra.pop("rule_forms", None)
         rows = extra.pop("context_rows", None) or {
             "includedContexts": forms.context_rows(found.included_contexts),
@@ -126,6 +148,8 @@ class SegmentPages(ListPage):
             segment=found,
             typed=extra.pop("typed", None),  # name, description, members as typed
             used=used,
+            guarding=guarding,
+            pending_requests=pending,
             rule_forms=typed if typed is not None else forms.segment_rules_from_api(found.rules),
             context_rows=rows,
             operators=forms.OPERATORS,
@@ -163,13 +187,27 @@ class SegmentPages(ListPage):
             excluded_contexts=forms.contexts_in(listed["excludedContexts"][0]),
             rules=[forms.segment_rule_in(rule) for rule in typed],
         )
-        _, error = await do(
-            request,
-            who,
-            lambda scope: segments.patch_segment(scope, key, body),
-            version=forms.text(form, "version"),
-        )
+
+        async def save(scope: Scope) -> seg_s.Segment | change_s.ChangeRequest:
+            """Saved; or, where a flag of a protected environment uses the segment, proposed as
+            a change request of the same body in the most demanding such environment."""
+            guarding = await _guarding(scope, key)
+            if guarding is None:
+                return await segments.patch_segment(scope, key, body)
+            return await proposals.propose(
+                scope,
+                guarding.key,
+                form,
+                change_s.ChangeIn(segment=key, patch=body),
+                live_version=(await segments.get_segment(scope, key)).version,
+                title=f"Change segment {key} in {guarding.key}",
+            )
+
+        done, error = await do(request, who, save, version=forms.text(form, "version"))
+        if isinstance(done, change_s.ChangeRequest):
+            return Redirect(f"/console/change-requests/{done.id}", status_code=303)
         if error is not None:
+            error = proposals.unprefixed(error)
             message = (
                 error.message
                 if error.status != 412
@@ -339,7 +377,12 @@ class KeyPages(ListPage):
             environment=None,
         )
         envs = (await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)).items
-        return {"keys": found.items, "environments": envs, "next_cursor": found.next_cursor}
+        return {
+            "keys": found.items,
+            "environments": envs,
+            "next_cursor": found.next_cursor,
+            "roles": ROLE_NAMES,
+        }
 
     @get("/")
     async def keys(self, request: Request[Any, Any, Any], who: Who) -> Template:
@@ -349,16 +392,41 @@ class KeyPages(ListPage):
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         kind = forms.text(form, "kind")
+        # the role is a management key's alone (its select is in the management keys' fieldset,
+        # which the page's script disables for other kinds): another kind's key gets the API's
+        # default; a ticked "may turn off" is sent whatever the kind, and refused as the API does
+        management = kind == "management"
+        role = forms.text(form, "role") if management else "admin"
         body = key_s.KeyCreate(
             kind=kind if kind in KINDS else "public",  # type: ignore[arg-type]
             name=forms.text(form, "name").strip(),
             environment=forms.text(form, "environment") or None,
             origins=_lines(forms.text(form, "origins")),
+            role=role,  # type: ignore[arg-type]
+            may_turn_off=forms.text(form, "mayTurnOff") == "on",
         )
+
+        async def create(scope: Scope) -> key_s.CreatedKey:
+            _known_role(role)
+            return await keys.create_key(scope, body)
+
         # no redirect: the new key's secret is shown on this answer, once
-        return await self.write(
-            request, who, lambda scope: keys.create_key(scope, body), done=None, form=form
-        )
+        return await self.write(request, who, create, done=None, form=form)
+
+    @post("/{key_id:str}")
+    async def update(
+        self, request: Request[Any, Any, Any], who: Who, key_id: FromPath[str]
+    ) -> Response[Any]:
+        """A management key's role and "may turn off" grant, as ``PATCH /keys/{id}`` sets them."""
+        form = await request.form()
+        role = forms.text(form, "role")
+        body = key_s.KeyPatch(role=role, may_turn_off=forms.text(form, "mayTurnOff") == "on")  # type: ignore[arg-type]
+
+        async def change(scope: Scope) -> key_s.Key:
+            _known_role(role)
+            return await keys.patch_key(scope, key_id, body)
+
+        return await self.write(request, who, change, done=lambda _: "/console/keys")
 
     @post("/{key_id:str}/revoke")
     async def revoke(

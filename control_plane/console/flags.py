@@ -18,7 +18,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
-from control_plane.console import forms
+from control_plane.console import forms, proposals
 from control_plane.console.diff import history as _history
 from control_plane.console.pager import SIZES, Pager, number_of, size_of
 from control_plane.console.web import (
@@ -34,7 +34,6 @@ from control_plane.console.web import (
 )
 from control_plane.domain.audit import services as audit
 from control_plane.domain.changes import schemas as changes_s
-from control_plane.domain.changes import services as change_requests
 from control_plane.domain.coderefs import services as coderefs
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import services as environments
@@ -46,7 +45,7 @@ from control_plane.domain.protection import protected
 from control_plane.domain.schedules import schemas as schedules_s
 from control_plane.domain.schedules import services as schedules
 from control_plane.domain.segments import services as segments
-from control_plane.errors import ApiError, FieldError, stale_version
+from control_plane.errors import ApiError, FieldError
 
 PREREQUISITE_ROWS = 3  # rows of the prerequisites form (one more than a flag usually has)
 
@@ -362,16 +361,23 @@ class FlagPages(Controller):
         restore = forms.text(form, "restore") == "yes"
         try:
             async with writing(request, who, version=forms.text(form, "version")) as scope:
-                guarding = await _most_demanding(scope)
+                guarding = await proposals.most_demanding(scope)
                 if guarding is not None:  # archiving changes what every environment serves
-                    proposed = await _propose_archived(scope, key, guarding, form, not restore)
+                    proposed = await proposals.propose(
+                        scope,
+                        guarding.key,
+                        form,
+                        changes_s.ChangeIn(flag=key, archived=not restore),
+                        live_version=(await services.get_flag(scope, key)).version,
+                        title=f"{'Restore' if restore else 'Archive'} {key}",
+                    )
                     return Redirect(f"/console/change-requests/{proposed.id}", status_code=303)
                 if restore:
                     await services.restore_flag(scope, key)
                 else:
                     await services.archive_flag(scope, key)
         except ApiError as exc:
-            return await self._failed(request, who, key, None, _unprefixed(exc), "archive")
+            return await self._failed(request, who, key, None, proposals.unprefixed(exc), "archive")
         return Redirect(f"/console/flags/{key}", status_code=303)
 
     async def _propose_or_write(
@@ -396,7 +402,15 @@ class FlagPages(Controller):
             async with writing(request, who, version=forms.text(form, "version")) as scope:
                 environment = await scope.environment(env)
                 if protected(environment):
-                    proposed = await _propose(scope, key, env, form, settings, rules, title)
+                    # based on the flag setting the form was shown
+                    proposed = await proposals.propose(
+                        scope,
+                        env,
+                        form,
+                        changes_s.ChangeIn(flag=key, settings=settings, rules=rules),
+                        live_version=(await services.get_settings(scope, key, env)).version,
+                        title=f"{title or f'Change {key}'} in {env}",
+                    )
                     return Redirect(f"/console/change-requests/{proposed.id}", status_code=303)
                 if settings is not None:
                     await services.put_settings(scope, key, env, settings)
@@ -404,7 +418,14 @@ class FlagPages(Controller):
                     await services.put_rules(scope, key, env, s.RulesIn(rules=rules))
         except ApiError as exc:
             return await self._failed(
-                request, who, key, env, _unprefixed(exc, rename), form_name, typed, rule_forms
+                request,
+                who,
+                key,
+                env,
+                proposals.unprefixed(exc, rename),
+                form_name,
+                typed,
+                rule_forms,
             )
         anchor = {"rules": "#rules", "prerequisites": "#prerequisites"}.get(form_name, "")
         return Redirect(f"/console/flags/{key}?env={env}{anchor}", status_code=303)
@@ -449,79 +470,6 @@ class FlagPages(Controller):
         )
 
 
-async def _propose(
-    scope: Scope,
-    key: str,
-    env: str,
-    form: Any,
-    settings: s.EnvironmentSettingsIn | None,
-    rules: list[s.RuleIn] | None,
-    title: str,
-) -> changes_s.ChangeRequest:
-    """A change request of the form's body, based on the flag setting the form was shown (a
-    form older than what is live is the same 412 a direct write gets, nothing proposed)."""
-    live = await services.get_settings(scope, key, env)
-    version = forms.text(form, "version")
-    if version and version != str(live.version):
-        raise stale_version(live.version)
-    body = changes_s.ChangeRequestCreate(
-        environment=env,
-        title=forms.text(form, "title").strip() or f"{title or f'Change {key}'} in {env}",
-        description=forms.text(form, "description"),
-        changes=[changes_s.ChangeIn(flag=key, settings=settings, rules=rules)],
-    )
-    return await change_requests.create(scope, body)
-
-
-async def _most_demanding(scope: Scope) -> str | None:
-    """The protected environment that requires the most approvals (None: none is protected)."""
-    guarded = [env for env in await scope.environments() if protected(env)]
-    return max(guarded, key=lambda env: env.required_approvals).key if guarded else None
-
-
-async def _propose_archived(
-    scope: Scope, key: str, env: str, form: Any, archived: bool
-) -> changes_s.ChangeRequest:
-    """A change request archiving (or restoring) the flag, based on the version it was shown."""
-    live = await services.get_flag(scope, key)
-    version = forms.text(form, "version")
-    if version and version != str(live.version):
-        raise stale_version(live.version)
-    verb = "Archive" if archived else "Restore"
-    body = changes_s.ChangeRequestCreate(
-        environment=env,
-        title=forms.text(form, "title").strip() or f"{verb} {key}",
-        description=forms.text(form, "description"),
-        changes=[changes_s.ChangeIn(flag=key, archived=archived)],
-    )
-    return await change_requests.create(scope, body)
-
-
-def _unprefixed(exc: ApiError, rename: Callable[[str], str] | None = None) -> ApiError:
-    """A change request's error about its one flag (``changes[0].fallthrough``) named as the
-    flag page's field (``fallthrough``), so the page shows it beside its input; ``rename`` then
-    names the form's row an error is about (``forms.renumbered``)."""
-    prefixes = ("changes[0].settings.", "changes[0].")
-    details = []
-    for detail in exc.details:
-        name = detail.field
-        for prefix in prefixes:
-            if name.startswith(prefix):
-                name = name[len(prefix) :]
-                break
-        details.append(FieldError(rename(name) if rename else name, detail.message))
-    message = exc.message
-    if exc.details and message.startswith(exc.details[0].field + ":"):  # "field: why", renamed
-        message = details[0].field + message[len(exc.details[0].field) :]
-    return ApiError(
-        exc.status,
-        message,
-        code=exc.code,
-        details=details,
-        current_version=exc.current_version,
-    )
-
-
 def _instant(text: str) -> datetime | None:
     """A ``datetime-local`` input's value (or ISO 8601), read as UTC."""
     try:
@@ -563,10 +511,7 @@ async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, An
     required = environment.required_approvals if environment is not None else 0
     pending = []
     if required:
-        found = await change_requests.list_requests(
-            scope, "open", current, limit=MAX_LIMIT, cursor=None
-        )
-        pending = [cr for cr in found.items if any(c.flag == key for c in cr.changes)]
+        pending = await proposals.open_requests(scope, current, lambda change: change.flag == key)
     return {
         "flag": flag,
         "environments": envs,

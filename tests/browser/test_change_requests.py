@@ -1,6 +1,7 @@
 """Change requests in the console (issue #34), in headless Chromium: an admin protects
 production from the Environments page, an editor proposes a change from the flag page, the admin
-approves and applies it on the review page; every screen with no serious axe-core violation.
+approves and applies it on the review page, then proposes a protected segment's change from its
+page; every screen with no serious axe-core violation.
 
 Screenshots go to ``docs/console/`` as the other browser tests' do (``VANE_CONSOLE_SHOTS=0``
 skips them)."""
@@ -45,6 +46,12 @@ def test_an_editor_proposes_and_an_admin_approves_and_applies(
     axe_source: str,  # noqa: F811
 ) -> None:
     assert site.api("POST", "/flags", {"key": "cr-checkout"}).status_code == 201
+    # a segment a flag of production uses: protected with production
+    assert site.api("POST", "/flags", {"key": "cr-members"}).status_code == 201
+    assert site.api("POST", "/segments", {"key": "cr-vips", "included": ["u1"]}).status_code == 201
+    rules = [{"clauses": [{"segment": "cr-vips", "op": "segmentMatch"}], "variation": 1}]
+    used = site.api("PUT", "/flags/cr-members/environments/production/rules", {"rules": rules})
+    assert used.status_code == 200, used.text
     admin = context.new_page()
     sign_in(admin, site)
 
@@ -104,3 +111,13 @@ def test_an_editor_proposes_and_an_admin_approves_and_applies(
     shot(admin, "change-request-applied")
     live = site.api("GET", "/flags/cr-checkout/environments/production").json()
     assert live["fallthrough"] == {"variation": 1}
+
+    # the segment's page proposes its change too
+    admin.goto(site.cp.url + "/console/segments/cr-vips")
+    assert "production requires 1 approval" in admin.locator("#protected-note").inner_text()
+    assert serious_violations(admin, axe_source) == []
+    admin.get_by_label("Included context keys (one per line): always in").fill("u1\nu2")
+    admin.get_by_role("button", name="Request change").click()
+    admin.wait_for_url(re.compile(r".*/console/change-requests/chr_\w+$"))
+    assert "Change segment cr-vips in production" in admin.locator("h1").inner_text()
+    assert site.api("GET", "/segments/cr-vips").json()["included"] == ["u1"]

@@ -338,11 +338,26 @@ def test_results_page_shows_the_apis_numbers_and_an_interval_per_treatment(
 
 
 def test_a_new_key_is_shown_once_and_can_be_revoked(site: Site, context: Any) -> None:
+    body = {"kind": "management", "name": "deploy bot", "role": "editor", "mayTurnOff": True}
+    bot = site.api("POST", "/keys", body)
+    assert bot.status_code == 201, bot.text
     page = context.new_page()
     sign_in(page, site)
     page.goto(site.cp.url + "/console/keys")
+    # a service account's role and grant, on its row
+    assert page.get_by_label("Role of deploy bot", exact=True).input_value() == "editor"
+    page.get_by_label("Role of deploy bot", exact=True).select_option("viewer")
+    page.get_by_role("button", name="Save role of deploy bot").click()
+    page.wait_for_url("**/console/keys")
+    assert site.api("GET", "/keys?kind=management").json()["keys"][-1]["role"] == "viewer"
     page.get_by_text("New key").click()
+    # a service account's role and grant: asked of a management key only
+    account = page.locator("fieldset#k-account")
+    page.get_by_label("Kind").select_option("management")
+    assert account.is_visible()
+    assert page.get_by_label("Role", exact=True).input_value() == "editor"
     page.get_by_label("Kind").select_option("public")
+    assert not account.is_visible()
     page.get_by_label("Environment (public keys need one; server keys may have one)").select_option(
         "staging"
     )

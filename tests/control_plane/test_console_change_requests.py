@@ -445,3 +445,64 @@ def test_archiving_where_an_environment_is_protected_is_requested_and_reviewed(a
     approve_and_apply(console, cr)
     assert api.get("/flags/checkout").json()["archived"] is True
     assert "Request to restore" in console.get(flag_page).text
+
+
+def test_the_segment_page_requests_a_change_where_a_protected_flag_uses_the_segment(
+    api: Api,
+) -> None:
+    assert api.post("/flags", {"key": "checkout"}).status_code == 201
+    for key in ("vips", "loose"):
+        assert api.post("/segments", {"key": key, "included": ["u1"]}).status_code == 201
+    rules = [{"clauses": [{"segment": "vips", "op": "segmentMatch"}], "variation": 1}]
+    used = api.put("/flags/checkout/environments/production/rules", {"rules": rules})
+    assert used.status_code == 200, used.text
+    assert api.patch("/environments/production", {"requiredApprovals": 1}).status_code == 200
+    console = Console(api)
+    console.join("ed@example.com", "editor")
+    console.join("ada@example.com", "admin")
+    page = "/console/segments/vips"
+    version = str(api.get("/segments/vips").json()["version"])
+
+    shown = console.as_("ed@example.com").get(page).text
+    assert "Request change" in shown
+    assert "Save segment" not in shown
+    assert 'name="title" value="Change segment vips in production"' in shown
+    assert "production requires 1 approval" in text_of(shown)
+    form = {"name": "vips", "description": "", "included": "u1\nu2", "excluded": ""}
+    # a form older than what is live: the same 412 a direct save gets, nothing proposed
+    stale = console.post(page, page, **form, version="0", action="save", title="")
+    assert stale.status_code == 412, stale.text[:500]
+    # a bad field: named beside its input, as the direct save names it
+    bad = console.post(page, page, **{**form, "name": "x" * 300}, version=version, action="save")
+    assert bad.status_code == 422, bad.text[:500]
+    assert "name: must be at most" in text_of(bad.text)
+    assert api.get("/change-requests").json()["changeRequests"] == []
+
+    cr = request_id(console.post(page, page, **form, version=version, action="save", title=""))
+    assert api.get("/segments/vips").json()["included"] == ["u1"]  # nothing written yet
+    stored = api.get(f"/change-requests/{cr}").json()
+    assert stored["title"] == "Change segment vips in production"  # left empty: defaulted
+    assert stored["environment"] == "production"
+    assert stored["author"] == "ed@example.com"
+    assert stored["changes"][0]["segment"] == "vips"
+    assert stored["changes"][0]["patch"]["included"] == ["u1", "u2"]
+    assert "Change segment vips in production" in text_of(console.get(page).text)  # listed open
+
+    console.as_("ada@example.com")
+    approve_and_apply(console, cr)
+    assert api.get("/segments/vips").json()["included"] == ["u1", "u2"]
+
+    # a segment no protected flag uses is saved at once
+    loose = console.get("/console/segments/loose").text
+    assert "Save segment" in loose
+    assert "Request change" not in loose
+    saved = console.post(
+        "/console/segments/loose",
+        "/console/segments/loose",
+        **{**form, "name": "loose"},
+        version=str(api.get("/segments/loose").json()["version"]),
+        action="save",
+    )
+    assert saved.status_code == 303
+    assert saved.headers["location"] == "/console/segments/loose"
+    assert api.get("/segments/loose").json()["included"] == ["u1", "u2"]

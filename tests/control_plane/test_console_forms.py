@@ -271,7 +271,7 @@ def seed_change_requests(api: Api, author: str) -> None:
 def seed_things(api: Api) -> None:
     """One of each thing the console shows, so that every form appears: a flag with a rule and
     a prerequisite, a segment, one metric (only one: issue #35), an experiment, a webhook, a
-    pending schedule, a critical environment."""
+    pending schedule, a critical environment, a management key."""
     made = [
         api.post("/flags", {"key": "walk", "tags": ["a"]}),
         api.post("/flags", {"key": "walk-pre"}),
@@ -283,6 +283,8 @@ def seed_things(api: Api) -> None:
         api.post("/webhooks", {"url": "https://example.com/hook", "events": ["*"]}),
         api.post("/environments", {"key": "walk-critical", "critical": True}),
         api.post("/users/invitations", {"email": "pending@example.com", "role": "viewer"}),
+        # a service account besides the key the walk signs in with (its row has a role form)
+        api.post("/keys", {"kind": "management", "role": "editor", "name": "walk-ci"}),
     ]
     for answer in made:
         assert answer.status_code == 201, answer.text

@@ -43,6 +43,19 @@
   }
   document.addEventListener("input", sums);
 
+  // a form's fieldset for one kind only (data-kind, e.g. a management key's role): shown and
+  // sent while the form's kind is that one; without this script it is always shown and sent
+  function kinds(root) {
+    root.querySelectorAll("fieldset[data-kind]").forEach(function (box) {
+      var form = box.closest("form"), chosen = form && form.querySelector("select[name=kind]");
+      if (chosen) { box.hidden = box.disabled = chosen.value !== box.getAttribute("data-kind"); }
+    });
+  }
+  kinds(document);
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches("select[name=kind]")) { kinds(document); }
+  });
+
   // parts drawn apart (data-load): fetched after the page, so that what it shows first comes
   // first; without this script each is a link to a page of its own
   function parts(root) {
@@ -82,6 +95,7 @@
           var main = document.getElementById("main");
           main.innerHTML = mainOf(html);
           parts(main);
+          kinds(main);
           document.body.setAttribute("data-version", String(Date.now()));
         }
       })

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, delete, get, post
+from litestar import Controller, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
@@ -56,6 +56,20 @@ class KeyController(Controller):
     )
     async def create_key(self, ctx: Ctx, data: JSONBody[s.KeyCreate]) -> s.CreatedKey:
         return await services.create_key(ctx, data)
+
+    @patch(
+        "/{key_id:str}",
+        dto=StrictBody[s.KeyPatch],
+        return_dto=None,
+        summary="Change a key's name, or a management key's role and 'may turn off' grant",
+        description="Each field left out stays. Only a management key (a service account) has "
+        "a `role` and `mayTurnOff`: either on a key of another kind is a 422 naming it. The key "
+        "acts with its new role from its next request; its secret is not shown again. A revoked "
+        "key stays as it was (409), and a key does not demote itself (409: another admin does). "
+        "Audited as `key.update`. Needs `admin`.",
+    )
+    async def patch_key(self, ctx: Ctx, key_id: FromPath[str], data: JSONBody[s.KeyPatch]) -> s.Key:
+        return await services.patch_key(ctx, key_id, data)
 
     @delete("/{key_id:str}", status_code=200, summary="Revoke a key; it stops working at once")
     async def revoke_key(self, ctx: Ctx, key_id: FromPath[str]) -> s.Key:

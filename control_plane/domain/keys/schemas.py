@@ -4,6 +4,7 @@ from datetime import datetime
 from typing import Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from control_plane.domain.schemas import ApiIn, ApiOut
 
@@ -23,6 +24,15 @@ class KeyCreate(ApiIn):
     # flag off at once in a protected environment (control_plane/access.py)
     role: RoleName = "admin"
     may_turn_off: bool = False
+
+
+class KeyPatch(ApiIn):
+    """An admin's change of a key: its name, and a management key's role and grant (a key of
+    another kind has neither). What is left out stays."""
+
+    name: str | UnsetType = UNSET
+    role: RoleName | UnsetType = UNSET
+    may_turn_off: bool | UnsetType = UNSET
 
 
 class Key(ApiOut):

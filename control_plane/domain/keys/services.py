@@ -1,12 +1,14 @@
-"""API keys: issued (token shown once), listed (never the secret), revoked (at once)."""
+"""API keys: issued (token shown once), listed (never the secret), changed (a management key's
+role and "may turn off" grant, any key's name), revoked (at once)."""
 
 from __future__ import annotations
 
 import re
 
+import msgspec
 from sqlalchemy import select
 
-from control_plane.access import Permission
+from control_plane.access import Permission, Role
 from control_plane.auth import KeyKind, new_api_key
 from control_plane.db.models import ApiKey, Environment
 from control_plane.db.types import utcnow
@@ -143,8 +145,8 @@ async def list_keys(
     )
 
 
-async def revoke_key(scope: Scope, key_id: str) -> s.Key:
-    scope.require(Permission.ADMIN)
+async def _found(scope: Scope, key_id: str) -> tuple[ApiKey, str | None]:
+    """The project's key (not a person's token) and its environment's key; 404 if none."""
     row = await scope.session.scalar(
         select(ApiKey).where(
             ApiKey.project_id == scope.project_id, ApiKey.id == key_id, ApiKey.user_id.is_(None)
@@ -152,13 +154,51 @@ async def revoke_key(scope: Scope, key_id: str) -> s.Key:
     )
     if row is None:
         raise not_found("key", key_id)
-    if row.revoked_at is not None:
-        raise conflict(f"key {key_id!r} is already revoked")
     env_key = None
     if row.environment_id:
         env_key = await scope.session.scalar(
             select(Environment.key).where(Environment.id == row.environment_id)
         )
+    return row, env_key
+
+
+async def patch_key(scope: Scope, key_id: str, body: s.KeyPatch) -> s.Key:
+    """Change a key's name, or a management key's role or "may turn off" grant (a service
+    account's, checked at its next request). A key does not demote itself: another admin does."""
+    scope.require(Permission.ADMIN)
+    row, env_key = await _found(scope, key_id)
+    if row.revoked_at is not None:
+        raise conflict(f"key {key_id!r} is revoked: it stays as it was")
+    problems = Problems()
+    if body.name is not msgspec.UNSET and len(body.name) > 200:
+        problems.add("name", "must be at most 200 characters")
+    if row.kind != KeyKind.MANAGEMENT.value:
+        for field, given in (("role", body.role), ("mayTurnOff", body.may_turn_off)):
+            if given is not msgspec.UNSET:
+                problems.add(field, "only a management key (a service account) has a role")
+    problems.raise_if_any()
+    demoted = body.role is not msgspec.UNSET and body.role != Role.ADMIN.value
+    if demoted and scope.actor.key_id == row.id and row.role == Role.ADMIN.value:
+        raise conflict("a key cannot demote itself: ask another admin")
+    before = key_out(row, env_key)
+    if body.name is not msgspec.UNSET:
+        row.name = body.name
+    if body.role is not msgspec.UNSET:
+        row.role = body.role
+    if body.may_turn_off is not msgspec.UNSET:
+        row.may_turn_off = body.may_turn_off
+    await scope.session.flush()
+    after = key_out(row, env_key)
+    if after != before:
+        scope.audit("key.update", "key", row.id, before=before, after=after)
+    return after
+
+
+async def revoke_key(scope: Scope, key_id: str) -> s.Key:
+    scope.require(Permission.ADMIN)
+    row, env_key = await _found(scope, key_id)
+    if row.revoked_at is not None:
+        raise conflict(f"key {key_id!r} is already revoked")
     before = key_out(row, env_key)
     row.revoked_at = utcnow()
     await scope.session.flush()
