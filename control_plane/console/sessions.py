@@ -65,8 +65,11 @@ async def open_session(session: AsyncSession, principal: Principal) -> tuple[str
     return cookie, SignedIn(principal, row.csrf, row.id)
 
 
-async def signed_in(session: AsyncSession, cookie: str, idle: timedelta) -> SignedIn | None:
-    """Who holds ``cookie``, if its session is live and its person or key still may."""
+async def signed_in(
+    session: AsyncSession, cookie: str, idle: timedelta, *, touch: bool = True
+) -> SignedIn | None:
+    """Who holds ``cookie``, if its session is live and its person or key still may. A request
+    counts as activity (``touch``); an open page's live stream asking again does not."""
     now = utcnow()
     console = await session.scalar(
         select(ConsoleSession).where(ConsoleSession.id == hash_token(cookie))
@@ -86,7 +89,7 @@ async def signed_in(session: AsyncSession, cookie: str, idle: timedelta) -> Sign
             principal = None
     if principal is None:
         return None
-    if console.seen_at + TOUCH_EVERY < now:
+    if touch and console.seen_at + TOUCH_EVERY < now:
         await session.execute(
             update(ConsoleSession).where(ConsoleSession.id == console.id).values(seen_at=now)
         )

@@ -7,6 +7,7 @@ at once. The audit names the people."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,3 +203,38 @@ def test_a_rollout_in_production_needs_a_second_pair_of_eyes_and_reaches_the_rel
     assert on.status_code == 409
     for member in (alice, bob, vic):
         member.browser.close()
+
+
+def live_events(browser: httpx.Client, opened: threading.Event, seen: list[str]) -> None:
+    """Read a console page's live stream as the page's EventSource would, event names only."""
+    with browser.stream("GET", "/console/live", timeout=30) as stream:
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                seen.append(line.removeprefix("event: "))
+                opened.set()
+
+
+def test_a_deactivated_persons_open_page_is_sent_to_sign_in(team: Team) -> None:
+    """An open console page's live stream ends when its person is deactivated: the next change
+    in the project reaches them as ``signed-out`` (their page goes to the sign-in page), never as
+    a change to look at, and the stream ends."""
+    dora = team.join("dora@example.com", "editor")
+    assert team.api("POST", "/flags", {"key": "watched"}).status_code == 201
+    opened = threading.Event()
+    seen: list[str] = []
+    reader = threading.Thread(target=live_events, args=(dora.browser, opened, seen), daemon=True)
+    reader.start()
+    assert opened.wait(10), "the live stream did not open"
+    assert seen == ["open"]
+    off = team.api("PATCH", f"/users/{dora.id}", {"state": "deactivated"})
+    assert off.status_code == 200, off.text
+    toggled = team.api("POST", "/flags/watched/environments/staging/toggle", {"enabled": True})
+    assert toggled.status_code == 200, toggled.text
+    reader.join(timeout=20)
+    assert not reader.is_alive(), f"the stream is still open after {seen}"
+    assert seen == ["open", "signed-out"]
+    again = dora.browser.get("/console/flags", follow_redirects=False)
+    assert again.status_code == 303
+    assert "/console/sign-in" in again.headers["location"]
+    dora.browser.close()

@@ -105,5 +105,10 @@
   var source = new EventSource(live);
   source.addEventListener("change", refresh);
   source.addEventListener("open", function () { document.body.setAttribute("data-live-open", "1"); });
+  // the console session ended (signed out, deactivated, idle): to the sign-in page, then back
+  source.addEventListener("signed-out", function () {
+    source.close();
+    location.assign("/console/sign-in?next=" + encodeURIComponent(location.pathname + location.search));
+  });
   document.addEventListener("focusout", function () { if (again) { setTimeout(refresh, 50); } });
 })();
