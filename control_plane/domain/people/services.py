@@ -119,9 +119,10 @@ async def invite(scope: Scope, body: s.InvitationCreate, base_url: str) -> s.Cre
     scope.announce(
         "user.invited",
         {
+            "invitationId": row.id,
             "email": email,
             "role": row.role,
-            "url": url,
+            "url": url,  # for the receivers alone: see webhooks.outbox.SECRETS
             "expiresAt": row.expires_at.isoformat(),
             "invitedBy": scope.actor.label,
         },
