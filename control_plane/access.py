@@ -67,6 +67,18 @@ def at_most(wanted: Role, ceiling: Role) -> Role:
     return min(wanted, ceiling, key=ROLES.index)
 
 
+def of_token(
+    role: Role, may_turn_off: bool, person_role: Role, person_may_turn_off: bool
+) -> tuple[Role, bool]:
+    """What a personal token acts with: at most what it was made with (``role``,
+    ``may_turn_off``) and at most what its person holds now. A token capped below admin has
+    "may turn off" only if it was made with the grant and its person still holds it (as a
+    grant, or with the admin role)."""
+    return at_most(role, person_role), may_turn_off and holds(
+        person_role, person_may_turn_off, Permission.TURN_OFF
+    )
+
+
 def parse_role(value: str) -> Role | None:
     try:
         return Role(value)

@@ -22,7 +22,7 @@ from litestar.types import Receive, Scope, Send
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from control_plane.access import Role, at_most
+from control_plane.access import Role, of_token
 from control_plane.db.ids import new_id
 from control_plane.db.models import ApiKey, Membership, User
 from control_plane.errors import ApiError
@@ -167,13 +167,17 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
         )
     if row.state != ACTIVE or row.member_role is None:
         return None  # the person was deactivated, or left the project: their tokens stop
+    # what the token was made with, bounded by the person's role and grant as they stand now
+    role, may_turn_off = of_token(
+        Role(row.role), row.may_turn_off, Role(row.member_role), row.member_may_turn_off
+    )
     return Principal(
         row.id,
         row.project_id,
         kind,
         None,
-        role=at_most(Role(row.role), Role(row.member_role)),
-        may_turn_off=row.member_may_turn_off,  # the person's grant, as it stands now
+        role=role,
+        may_turn_off=may_turn_off,
         user_id=row.user_id,
         name=row.email,
         private_attributes=private,
