@@ -65,12 +65,18 @@ class Principal:
     name: str = ""
     # the key's private attributes (``rows.private_attributes``), read with the key itself
     private_attributes: tuple[str, ...] = ()
+    # a management key's maker (``ApiKey.owner_identity``): who the key is, as ``identity``
+    owner_identity: str | None = None
 
     @property
     def identity(self) -> str:
         """One id per person or service account, whichever session, token or key they use
-        (nobody approves their own change request through a second one)."""
-        return f"user:{self.user_id}" if self.user_id else f"key:{self.key_id}"
+        (nobody approves their own change request through a second one). A key someone made
+        is them, and so is a key made with that key (its ``owner_identity``, the maker's own
+        identity when it was made); a key nobody made (``vane up``, the CLI) is itself."""
+        if self.user_id:
+            return f"user:{self.user_id}"
+        return self.owner_identity or f"key:{self.key_id}"
 
 
 hash_secret = hash_token
@@ -135,6 +141,7 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
                 ApiKey.name,
                 ApiKey.user_id,
                 ApiKey.private_attributes,
+                ApiKey.owner_identity,
                 User.email,
                 User.state,
                 Membership.role.label("member_role"),
@@ -164,6 +171,7 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
             may_turn_off=row.may_turn_off,
             name=f"key {name!r}" if kind is KeyKind.MANAGEMENT else name,
             private_attributes=private,
+            owner_identity=row.owner_identity,
         )
     if row.state != ACTIVE or row.member_role is None:
         return None  # the person was deactivated, or left the project: their tokens stop

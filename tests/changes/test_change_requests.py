@@ -416,3 +416,35 @@ def test_a_token_turns_off_only_with_a_grant_it_was_made_with_and_its_person_hol
     stopped = api.post(SETTINGS + "/toggle", off, key=pager)
     assert stopped.status_code == 403, stopped.text
     assert stopped.json()["error"]["details"] == [{"field": "permission", "message": "turn-off"}]
+
+
+def test_a_key_someone_mints_is_still_them_when_approving(team: Team) -> None:
+    """Audit of #34: a management key carried no record of who made it, so an admin could
+    propose a change, mint a key and approve their own request with it. A key made by a person
+    (or by a key of theirs, however far down) is that person when it reviews."""
+    api = team.api
+    ann = person(api, "ann@example.com", "admin")
+    rid = propose(api, ann)["id"]
+    minted = api.post("/keys", {"kind": "management", "name": "ann-bot"}, key=ann)
+    assert minted.status_code == 201, minted.text
+    bot = minted.json()["key"]
+    grandchild = api.post("/keys", {"kind": "management", "name": "ann-bot-2"}, key=bot)
+    assert grandchild.status_code == 201, grandchild.text
+    for key in (bot, grandchild.json()["key"]):
+        own = api.post(f"/change-requests/{rid}/approve", {}, key=key)
+        assert own.status_code == 403, own.text
+        assert own.json()["error"]["code"] == "own_change_request"
+        assert own.json()["error"]["details"] == [{"field": "author", "message": "ann@example.com"}]
+    # the key is still named by its name where people are named
+    assert api.post("/flags", {"key": "by-bot"}, key=bot).status_code == 201
+    [entry] = audit(api, "/flags/by-bot/audit")
+    assert entry["actor"] == "key 'ann-bot'"
+    # the author's key may edit the request as the author may
+    edited = api.patch(f"/change-requests/{rid}", {"title": "a quarter, by Ann"}, key=bot)
+    assert edited.status_code == 200, edited.text
+    assert edited.json()["author"] == "ann@example.com"
+    # someone else's approval counts
+    bea = person(api, "bea@example.com", "admin")
+    approved = api.post(f"/change-requests/{rid}/approve", {}, key=bea)
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["approvedBy"] == ["bea@example.com"]
