@@ -382,3 +382,39 @@ def test_an_invitations_link_leaves_storage_once_delivered_and_only_an_admin_lis
         assert link not in receiver.verified()[-1].body.decode()
         # the first link still works: it was the receiver's to deliver
         join(api, urlsplit(invited.json()["url"]).path)
+
+
+def test_an_invitations_link_leaves_storage_when_the_last_pending_delivery_goes(
+    database_url: str,
+) -> None:
+    """One event, two webhooks: the link stays while one delivery is pending (its receiver
+    failing, retried), and goes when that webhook is deleted with its deliveries."""
+    with (
+        hooks_app(database_url, webhook_max_attempts=10_000) as api,
+        receiving(SECRET) as receiver,
+        receiving(SECRET) as failing,
+    ):
+        failing.fail_all = True
+        retried = create_hook(api, failing, ["user.invited"])
+        live = create_hook(api, receiver, ["user.invited"])
+        invited = api.post("/users/invitations", {"email": "new@example.com", "role": "viewer"})
+        assert invited.status_code == 201, invited.text
+        token = invited.json()["url"].rsplit("/", 1)[1]
+        eventually(
+            lambda: [d["status"] for d in deliveries(api, live)] == ["delivered"],
+            what="the live webhook's delivery recorded",
+        )
+        eventually(lambda: len(failing.requests) >= 2, what="the other one retried")
+        assert [d["status"] for d in deliveries(api, retried)] == ["pending"]
+        [delivered] = deliveries(api, live)
+
+        def redelivered() -> str:
+            done = len(receiver.verified())
+            again = api.post(f"/webhooks/{live['id']}/deliveries/{delivered['id']}/redeliver")
+            assert again.status_code == 200, again.text
+            eventually(lambda: len(receiver.verified()) == done + 1, what="redelivered")
+            return receiver.verified()[-1].body.decode()
+
+        assert token in redelivered()  # still pending elsewhere: the stored event keeps it
+        assert api.delete(f"/webhooks/{retried['id']}").status_code == 200
+        assert token not in redelivered()
