@@ -9,6 +9,10 @@ API, the console, the CLI and the schedule runner are held to the same answer.
 - admin: people, keys, webhooks, environments and their protection, and all an editor does;
 - "may turn off" (on-call): a grant of its own, to a person or a key, whatever the role: turn a
   flag off at once in a protected environment (an admin holds it with the role).
+
+A personal token acts with at most what it was made with and at most what its person holds
+now (``of_token``): a token capped to viewer is a viewer, with no "may turn off" of its
+person's unless it was made with it.
 """
 
 from __future__ import annotations
