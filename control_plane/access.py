@@ -9,6 +9,10 @@ API, the console, the CLI and the schedule runner are held to the same answer.
 - admin: people, keys, webhooks, environments and their protection, and all an editor does;
 - "may turn off" (on-call): a grant of its own, to a person or a key, whatever the role: turn a
   flag off at once in a protected environment (an admin holds it with the role).
+
+A personal token acts with at most what it was made with and at most what its person holds
+now (``of_token``): a token capped to viewer is a viewer, with no "may turn off" of its
+person's unless it was made with it.
 """
 
 from __future__ import annotations
@@ -65,6 +69,18 @@ def lacking(role: Role, permission: Permission) -> str:
 def at_most(wanted: Role, ceiling: Role) -> Role:
     """``wanted``, lowered to ``ceiling`` (a personal token acts with its person's role or less)."""
     return min(wanted, ceiling, key=ROLES.index)
+
+
+def of_token(
+    role: Role, may_turn_off: bool, person_role: Role, person_may_turn_off: bool
+) -> tuple[Role, bool]:
+    """What a personal token acts with: at most what it was made with (``role``,
+    ``may_turn_off``) and at most what its person holds now. A token capped below admin has
+    "may turn off" only if it was made with the grant and its person still holds it (as a
+    grant, or with the admin role)."""
+    return at_most(role, person_role), may_turn_off and holds(
+        person_role, person_may_turn_off, Permission.TURN_OFF
+    )
 
 
 def parse_role(value: str) -> Role | None:

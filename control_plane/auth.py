@@ -22,7 +22,7 @@ from litestar.types import Receive, Scope, Send
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from control_plane.access import Role, at_most
+from control_plane.access import Role, of_token
 from control_plane.db.ids import new_id
 from control_plane.db.models import ApiKey, Membership, User
 from control_plane.errors import ApiError
@@ -65,12 +65,18 @@ class Principal:
     name: str = ""
     # the key's private attributes (``rows.private_attributes``), read with the key itself
     private_attributes: tuple[str, ...] = ()
+    # a management key's maker (``ApiKey.owner_identity``): who the key is, as ``identity``
+    owner_identity: str | None = None
 
     @property
     def identity(self) -> str:
         """One id per person or service account, whichever session, token or key they use
-        (nobody approves their own change request through a second one)."""
-        return f"user:{self.user_id}" if self.user_id else f"key:{self.key_id}"
+        (nobody approves their own change request through a second one). A key someone made
+        is them, and so is a key made with that key (its ``owner_identity``, the maker's own
+        identity when it was made); a key nobody made (``vane up``, the CLI) is itself."""
+        if self.user_id:
+            return f"user:{self.user_id}"
+        return self.owner_identity or f"key:{self.key_id}"
 
 
 hash_secret = hash_token
@@ -135,6 +141,7 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
                 ApiKey.name,
                 ApiKey.user_id,
                 ApiKey.private_attributes,
+                ApiKey.owner_identity,
                 User.email,
                 User.state,
                 Membership.role.label("member_role"),
@@ -164,16 +171,21 @@ async def _key_principal(session: AsyncSession, which: ColumnElement[bool]) -> P
             may_turn_off=row.may_turn_off,
             name=f"key {name!r}" if kind is KeyKind.MANAGEMENT else name,
             private_attributes=private,
+            owner_identity=row.owner_identity,
         )
     if row.state != ACTIVE or row.member_role is None:
         return None  # the person was deactivated, or left the project: their tokens stop
+    # what the token was made with, bounded by the person's role and grant as they stand now
+    role, may_turn_off = of_token(
+        Role(row.role), row.may_turn_off, Role(row.member_role), row.member_may_turn_off
+    )
     return Principal(
         row.id,
         row.project_id,
         kind,
         None,
-        role=at_most(Role(row.role), Role(row.member_role)),
-        may_turn_off=row.member_may_turn_off,  # the person's grant, as it stands now
+        role=role,
+        may_turn_off=may_turn_off,
         user_id=row.user_id,
         name=row.email,
         private_attributes=private,

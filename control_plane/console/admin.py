@@ -11,7 +11,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
-from control_plane.access import ROLES
+from control_plane.access import ROLES, Permission
 from control_plane.console import forms, proposals
 from control_plane.console.diff import history
 from control_plane.console.pages import ListPage, do
@@ -488,8 +488,12 @@ class WebhookPages(ListPage):
         async with reading(request, who) as scope:
             try:
                 hook = await webhooks.get_webhook(scope, webhook_id)
-                found = await webhooks.deliveries(
-                    scope, webhook_id, status=None, limit=PAGE_SIZE, cursor=None
+                found = (  # an admin's, as the API's are
+                    await webhooks.deliveries(
+                        scope, webhook_id, status=None, limit=PAGE_SIZE, cursor=None
+                    )
+                    if scope.holds(Permission.ADMIN)
+                    else None
                 )
             except ApiError as exc:
                 return error_page(request, who, exc, "Webhook")
@@ -500,7 +504,7 @@ class WebhookPages(ListPage):
             status=status,
             title="Webhook",
             webhook=hook,
-            deliveries=found.deliveries,
+            deliveries=found.deliveries if found is not None else None,
             **extra,
         )
 

@@ -106,6 +106,9 @@ class ApiKey(Base):
     user_id: Mapped[str | None] = mapped_column(
         ForeignKey("users.id", ondelete="CASCADE"), nullable=True, index=True
     )
+    # a management key made by a person or a key: who it is when it reviews (the maker's
+    # ``Principal.identity``); None (made by ``vane up``, the CLI, or before 0018): itself
+    owner_identity: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class User(Base):

@@ -48,6 +48,13 @@ class Actor:
             principal.private_attributes,
         )
 
+    @property
+    def maker(self) -> str | None:
+        """Whose a management key this actor makes is (``ApiKey.owner_identity``): a person's
+        or a key's identity, a key's own maker's included, so a key minted is still its
+        maker; None for the CLI and the system (the key is its own service account)."""
+        return self.identity if self.identity and (self.user_id or self.key_id) else None
+
 
 CLI_ACTOR = Actor(None, "cli", identity="cli")
 

@@ -22,10 +22,12 @@ def database_url() -> str:
     return Settings.from_env().database_url
 
 
-async def in_project(project_key: str, work: Callable[[Scope], Awaitable[T]]) -> T:
-    """Run ``work`` in one transaction of ``project_key`` as the CLI actor."""
-    url = database_url()
-    engine = make_async_engine(url)
+async def in_project(
+    project_key: str, work: Callable[[Scope], Awaitable[T]], *, url: str | None = None
+) -> T:
+    """Run ``work`` in one transaction of ``project_key`` as the CLI actor, on ``url`` (by
+    default the configured database)."""
+    engine = make_async_engine(url or database_url())
     try:
         sessionmaker: async_sessionmaker[AsyncSession] = async_sessionmaker(
             engine, expire_on_commit=False

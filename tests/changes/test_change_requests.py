@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.changes.conftest import ROLLOUT, Team, new_key, propose
 from tests.conftest import Api
-from tests.control_plane.people import person
+from tests.control_plane.people import PASSWORD, console_token, person, sign_in_form
 
 SETTINGS = "/flags/checkout/environments/production"
 
@@ -366,3 +366,85 @@ def test_a_person_cannot_approve_their_own_request_through_another_token(team: T
     assert entry["actor"] == "ada@example.com"
     assert entry["after"]["changeRequest"]["author"] == "ed@example.com"
     assert entry["after"]["changeRequest"]["approvers"] == ["ada@example.com"]
+
+
+def test_a_token_turns_off_only_with_a_grant_it_was_made_with_and_its_person_holds(
+    team: Team,
+) -> None:
+    """Audit of #34: a personal token capped to viewer kept its person's "may turn off" (and
+    an admin's implied one), so a read-only token could turn flags off in production. A token
+    holds at most what it was made with and at most what its person holds now."""
+    api = team.api
+    off = {"enabled": False}
+    admin = person(api, "root@example.com", "admin")
+    oncall = person(api, "otto@example.com", "editor")
+    otto = next(p for p in api.get("/users").json()["people"] if p["email"] == "otto@example.com")
+    assert api.patch(f"/users/{otto['id']}", {"mayTurnOff": True}).status_code == 200
+    for who in (admin, oncall):
+        made = api.post("/tokens", {"name": "dashboard", "role": "viewer"}, key=who)
+        assert made.status_code == 201, made.text
+        assert made.json()["mayTurnOff"] is False
+        refused = api.post(SETTINGS + "/toggle", off, key=made.json()["token"])
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["details"] == [
+            {"field": "permission", "message": "turn-off"}
+        ]
+    # Otto's first token was made before his grant: it holds none, nor do tokens it makes
+    assert api.post(SETTINGS + "/toggle", off, key=oncall).status_code == 403
+    assert api.post("/tokens", {"name": "x", "mayTurnOff": True}, key=oncall).status_code == 422
+    # with the person's role, a token made in the console takes their grant by default
+    assert sign_in_form(api, "otto@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    pager = console_token(api, "pager")
+    assert api.post(SETTINGS + "/toggle", off, key=pager).status_code == 200
+    # a grant may be asked for explicitly, but never one the person lacks
+    asked = api.post(
+        "/tokens", {"name": "ro pager", "role": "viewer", "mayTurnOff": True}, key=admin
+    )
+    assert asked.status_code == 201, asked.text
+    assert api.post(SETTINGS + "/toggle", off, key=asked.json()["token"]).status_code == 200
+    plain = person(api, "ed@example.com", "editor")
+    beyond = api.post("/tokens", {"name": "x", "mayTurnOff": True}, key=plain)
+    assert beyond.status_code == 422, beyond.text
+    assert beyond.json()["error"]["details"][0]["field"] == "mayTurnOff"
+    listed = api.get("/tokens", key=oncall).json()["tokens"]
+    assert {(t["name"], t["role"], t["mayTurnOff"]) for t in listed} >= {
+        ("dashboard", "viewer", False),
+        ("pager", "editor", True),
+    }
+    # revoking the person's grant stops the token's at its next request
+    assert api.patch(f"/users/{otto['id']}", {"mayTurnOff": False}).status_code == 200
+    stopped = api.post(SETTINGS + "/toggle", off, key=pager)
+    assert stopped.status_code == 403, stopped.text
+    assert stopped.json()["error"]["details"] == [{"field": "permission", "message": "turn-off"}]
+
+
+def test_a_key_someone_mints_is_still_them_when_approving(team: Team) -> None:
+    """Audit of #34: a management key carried no record of who made it, so an admin could
+    propose a change, mint a key and approve their own request with it. A key made by a person
+    (or by a key of theirs, however far down) is that person when it reviews."""
+    api = team.api
+    ann = person(api, "ann@example.com", "admin")
+    rid = propose(api, ann)["id"]
+    minted = api.post("/keys", {"kind": "management", "name": "ann-bot"}, key=ann)
+    assert minted.status_code == 201, minted.text
+    bot = minted.json()["key"]
+    grandchild = api.post("/keys", {"kind": "management", "name": "ann-bot-2"}, key=bot)
+    assert grandchild.status_code == 201, grandchild.text
+    for key in (bot, grandchild.json()["key"]):
+        own = api.post(f"/change-requests/{rid}/approve", {}, key=key)
+        assert own.status_code == 403, own.text
+        assert own.json()["error"]["code"] == "own_change_request"
+        assert own.json()["error"]["details"] == [{"field": "author", "message": "ann@example.com"}]
+    # the key is still named by its name where people are named
+    assert api.post("/flags", {"key": "by-bot"}, key=bot).status_code == 201
+    [entry] = audit(api, "/flags/by-bot/audit")
+    assert entry["actor"] == "key 'ann-bot'"
+    # the author's key may edit the request as the author may
+    edited = api.patch(f"/change-requests/{rid}", {"title": "a quarter, by Ann"}, key=bot)
+    assert edited.status_code == 200, edited.text
+    assert edited.json()["author"] == "ann@example.com"
+    # someone else's approval counts
+    bea = person(api, "bea@example.com", "admin")
+    approved = api.post(f"/change-requests/{rid}/approve", {}, key=bea)
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["approvedBy"] == ["bea@example.com"]

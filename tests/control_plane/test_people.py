@@ -260,9 +260,8 @@ def test_the_console_offers_a_person_only_what_their_role_may_do(api: Api) -> No
     """The pages hide what a role may not do (the services refuse it anyway: see
     test_roles_everywhere): a viewer meets no form that writes, an editor none of an admin's."""
     assert api.post("/segments", {"key": "vips", "included": ["u1"]}).status_code == 201
-    assert (
-        api.post("/webhooks", {"url": "https://example.com/h", "events": ["*"]}).status_code == 201
-    )
+    hook = api.post("/webhooks", {"url": "https://example.com/h", "events": ["*"]})
+    assert hook.status_code == 201
     pages = [
         "/console/flags",
         "/console/segments",
@@ -271,6 +270,7 @@ def test_the_console_offers_a_person_only_what_their_role_may_do(api: Api) -> No
         "/console/environments",
         "/console/keys",
         "/console/webhooks",
+        f"/console/webhooks/{hook.json()['id']}",  # without its deliveries: an admin's
         "/console/people",  # a viewer keeps their own tokens and sessions there
     ]
     person(api, "vi@example.com", "viewer")
@@ -281,6 +281,7 @@ def test_the_console_offers_a_person_only_what_their_role_may_do(api: Api) -> No
         own = [p for p in posts if p.startswith("/console/people/tokens")]  # their own tokens
         own += [p for p in posts if p.endswith("/sign-out-everywhere")]  # and sessions
         assert [p for p in posts if p not in own] == ["/console/sign-out"], (path, posts)
+    assert "deliveries are an admin's" in api.client.get(pages[-2]).text
     segment = api.client.get("/console/segments/vips").text
     assert '<fieldset class="bare" disabled>' in segment
     person(api, "ed2@example.com", "editor")

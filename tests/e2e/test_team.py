@@ -59,18 +59,21 @@ class Team:
             urlsplit(link).path, data={"_login": login.group(1), "password": PASSWORD}
         )
         assert joined.url.path == "/console/flags", joined.text[:500]
-        people = browser.get("/console/people")
-        csrf = re.search(r'name="_csrf" value="([^"]+)"', people.text)
-        assert csrf is not None
-        made = browser.post(
-            "/console/people/tokens", data={"_csrf": csrf.group(1), "name": "laptop"}
-        )
-        token = re.search(r'<code id="new-token">([^<]+)</code>', made.text)
-        assert token is not None, made.text[:500]
-        member = Member(email, browser, token.group(1))
+        member = Member(email, browser, self.new_token(browser, "laptop"))
         listed = self.api("GET", "/users").json()["people"]
         member.id = next(p["id"] for p in listed if p["email"] == email)
         return member
+
+    @staticmethod
+    def new_token(browser: httpx.Client, name: str) -> str:
+        """A personal token made on the People page by whoever is signed in in ``browser``."""
+        people = browser.get("/console/people")
+        csrf = re.search(r'name="_csrf" value="([^"]+)"', people.text)
+        assert csrf is not None
+        made = browser.post("/console/people/tokens", data={"_csrf": csrf.group(1), "name": name})
+        token = re.search(r'<code id="new-token">([^<]+)</code>', made.text)
+        assert token is not None, made.text[:500]
+        return token.group(1)
 
     def served(self, flag: str, user: str) -> Any:
         answer = httpx.post(
@@ -173,12 +176,13 @@ def test_a_rollout_in_production_needs_a_second_pair_of_eyes_and_reaches_the_rel
     # the on-call viewer turns it off at once, and the relay serves off
     granted = team.api("PATCH", f"/users/{vic.id}", {"mayTurnOff": True}, token=alice.token)
     assert granted.status_code == 200, granted.text
-    off = team.api(
-        "POST",
-        "/flags/checkout/environments/production/toggle",
-        {"enabled": False},
-        token=vic.token,
-    )
+    # a token holds what it was made with: hers from before the grant holds none, a new one does
+    kill = "/flags/checkout/environments/production/toggle"
+    stale = team.api("POST", kill, {"enabled": False}, token=vic.token)
+    assert stale.status_code == 403, stale.text
+    assert stale.json()["error"]["details"] == [{"field": "permission", "message": "turn-off"}]
+    pager = team.new_token(vic.browser, "pager")
+    off = team.api("POST", kill, {"enabled": False}, token=pager)
     assert off.status_code == 200, off.text
     eventually(
         lambda: all(team.served("checkout", user) is False for user in USERS),

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.conftest import Api
+from tests.control_plane.people import join, person
 from tests.webhooks.conftest import eventually, hooks_app
 from tests.webhooks.receiver import Receiver, receiving
 
@@ -309,3 +311,110 @@ def test_an_invitation_reaches_webhooks_with_its_link_and_the_audit_keeps_none(
     entries = api.get("/audit", params={"action": "user.invite"}).json()["entries"]
     assert len(entries) == 1
     assert url.rsplit("/", 1)[1] not in str(entries)
+
+
+def test_an_invitations_link_leaves_storage_once_delivered_and_only_an_admin_lists_deliveries(
+    database_url: str,
+) -> None:
+    """Audit of issue #34: the link of ``user.invited`` (its single-use token) stayed in the
+    outbox in plain text, and any management principal, a viewer's token included, read it back
+    from the deliveries and joined with the invited role. Listing deliveries is an admin's, and
+    once a delivery is final (delivered, or given up) the stored event holds no link."""
+    with hooks_app(database_url, webhook_max_attempts=2) as api, receiving(SECRET) as receiver:
+        viewer = person(api, "vera@example.com", "viewer")
+        hook = create_hook(api, receiver, ["user.invited"])
+        invited = api.post("/users/invitations", {"email": "new@example.com", "role": "admin"})
+        assert invited.status_code == 201, invited.text
+        token = invited.json()["url"].rsplit("/", 1)[1]
+        eventually(lambda: receiver.types() == ["user.invited"], what="user.invited delivered")
+        [got] = receiver.verified()
+        assert token in got.payload["data"]["url"]  # the receiver gets the link, once
+
+        refused = api.get(f"/webhooks/{hook['id']}/deliveries", key=viewer)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["details"] == [{"field": "permission", "message": "admin"}]
+        assert token not in refused.text
+
+        eventually(
+            lambda: [d["status"] for d in deliveries(api, hook)] == ["delivered"],
+            what="the delivery recorded",
+        )
+        listed = api.get(f"/webhooks/{hook['id']}/deliveries")
+        assert token not in listed.text
+        [delivery] = listed.json()["deliveries"]
+        data = delivery["data"]
+        assert (data["email"], data["role"], data["invitationId"]) == (
+            "new@example.com",
+            "admin",
+            invited.json()["id"],
+        )
+        assert "url" not in data
+        # what is stored is what a redelivery sends: the link is gone from it too
+        again = api.post(f"/webhooks/{hook['id']}/deliveries/{delivery['id']}/redeliver")
+        assert again.status_code == 200, again.text
+        assert token not in again.text
+        eventually(lambda: len(receiver.verified()) == 2, what="redelivered")
+        resent = receiver.verified()[1]
+        assert resent.payload["id"] == delivery["id"]
+        assert token not in resent.body.decode()
+        assert resent.payload["data"]["invitationId"] == invited.json()["id"]
+
+        # a delivery given up on keeps no link either
+        receiver.fail_all = True
+        second = api.post("/users/invitations", {"email": "two@example.com", "role": "editor"})
+        assert second.status_code == 201, second.text
+        eventually(
+            lambda: deliveries(api, hook)[0]["status"] == "failed",
+            what="the second invitation's delivery given up",
+        )
+        assert token not in receiver.verified()[-1].body.decode()
+        assert second.json()["url"] in receiver.verified()[-1].body.decode()
+        link = second.json()["url"].rsplit("/", 1)[1]
+        failed = api.get(f"/webhooks/{hook['id']}/deliveries")
+        assert link not in failed.text
+        receiver.fail_all = False
+        given_up = failed.json()["deliveries"][0]["id"]
+        assert (
+            api.post(f"/webhooks/{hook['id']}/deliveries/{given_up}/redeliver").status_code == 200
+        )
+        eventually(lambda: receiver.verified()[-1].status == 200, what="redelivered")
+        assert receiver.verified()[-1].payload["id"] == given_up
+        assert link not in receiver.verified()[-1].body.decode()
+        # the first link still works: it was the receiver's to deliver
+        join(api, urlsplit(invited.json()["url"]).path)
+
+
+def test_an_invitations_link_leaves_storage_when_the_last_pending_delivery_goes(
+    database_url: str,
+) -> None:
+    """One event, two webhooks: the link stays while one delivery is pending (its receiver
+    failing, retried), and goes when that webhook is deleted with its deliveries."""
+    with (
+        hooks_app(database_url, webhook_max_attempts=10_000) as api,
+        receiving(SECRET) as receiver,
+        receiving(SECRET) as failing,
+    ):
+        failing.fail_all = True
+        retried = create_hook(api, failing, ["user.invited"])
+        live = create_hook(api, receiver, ["user.invited"])
+        invited = api.post("/users/invitations", {"email": "new@example.com", "role": "viewer"})
+        assert invited.status_code == 201, invited.text
+        token = invited.json()["url"].rsplit("/", 1)[1]
+        eventually(
+            lambda: [d["status"] for d in deliveries(api, live)] == ["delivered"],
+            what="the live webhook's delivery recorded",
+        )
+        eventually(lambda: len(failing.requests) >= 2, what="the other one retried")
+        assert [d["status"] for d in deliveries(api, retried)] == ["pending"]
+        [delivered] = deliveries(api, live)
+
+        def redelivered() -> str:
+            done = len(receiver.verified())
+            again = api.post(f"/webhooks/{live['id']}/deliveries/{delivered['id']}/redeliver")
+            assert again.status_code == 200, again.text
+            eventually(lambda: len(receiver.verified()) == done + 1, what="redelivered")
+            return receiver.verified()[-1].body.decode()
+
+        assert token in redelivered()  # still pending elsewhere: the stored event keeps it
+        assert api.delete(f"/webhooks/{retried['id']}").status_code == 200
+        assert token not in redelivered()

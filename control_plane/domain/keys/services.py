@@ -91,6 +91,7 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
     row.created_at = utcnow()
     row.role = body.role
     row.may_turn_off = body.may_turn_off
+    row.owner_identity = scope.actor.maker  # nobody reviews their own work with it
     row.private_attributes = list(dict.fromkeys(body.private_attributes))
     scope.session.add(row)
     await scope.session.flush()

@@ -62,6 +62,9 @@ class TokenCreate(ApiIn):
     name: str
     # the role the token acts with: its person's, or less (never more, even if they gain one)
     role: RoleName | None = None
+    # whether it may turn a flag off in a protected environment: only if its person may (as a
+    # grant, or as an admin); by default their grant when the token has their role, else not
+    may_turn_off: bool | None = None
 
 
 class Token(ApiOut):
@@ -69,6 +72,7 @@ class Token(ApiOut):
     name: str
     hint: str
     role: str
+    may_turn_off: bool  # as made: the token acts with it only while its person holds it too
     created_at: datetime
     revoked_at: datetime | None
 

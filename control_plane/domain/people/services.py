@@ -119,9 +119,10 @@ async def invite(scope: Scope, body: s.InvitationCreate, base_url: str) -> s.Cre
     scope.announce(
         "user.invited",
         {
+            "invitationId": row.id,
             "email": email,
             "role": row.role,
-            "url": url,
+            "url": url,  # for the receivers alone: see webhooks.outbox.SECRETS
             "expiresAt": row.expires_at.isoformat(),
             "invitedBy": scope.actor.label,
         },
@@ -274,6 +275,7 @@ def token_out(row: ApiKey) -> s.Token:
         name=row.name,
         hint=row.hint,
         role=row.role,
+        may_turn_off=row.may_turn_off,
         created_at=row.created_at,
         revoked_at=row.revoked_at,
     )
@@ -291,7 +293,8 @@ async def list_tokens(scope: Scope) -> s.Tokens:
 
 
 async def create_token(scope: Scope, body: s.TokenCreate) -> s.CreatedToken:
-    """A token that acts as the caller, with their role or less (``role``), shown once."""
+    """A token that acts as the caller, with their role or less (``role``) and their "may turn
+    off" or not (``mayTurnOff``), shown once (``access.of_token`` bounds it on every use)."""
     scope.require(Permission.READ)  # any member may have tokens; they act with their role
     user_id = _person(scope)
     problems = Problems()
@@ -301,6 +304,12 @@ async def create_token(scope: Scope, body: s.TokenCreate) -> s.CreatedToken:
     role = Role(body.role) if body.role else scope.actor.role
     if at_most(role, scope.actor.role) is not role:
         problems.add("role", f"at most your own role ({scope.actor.role.value})")
+    granted = scope.holds(Permission.TURN_OFF)
+    may_turn_off = body.may_turn_off
+    if may_turn_off is None:
+        may_turn_off = granted and role is scope.actor.role
+    elif may_turn_off and not granted:
+        problems.add("mayTurnOff", "only if you may turn off yourself (an admin, or granted it)")
     problems.raise_if_any()
     live = await scope.session.scalar(
         select(func.count())
@@ -312,6 +321,7 @@ async def create_token(scope: Scope, body: s.TokenCreate) -> s.CreatedToken:
     row, token = new_api_key(scope.project_id, KeyKind.MANAGEMENT, name=name)
     row.user_id = user_id
     row.role = role.value
+    row.may_turn_off = may_turn_off
     row.created_at = utcnow()
     scope.session.add(row)
     await scope.session.flush()

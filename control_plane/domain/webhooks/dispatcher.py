@@ -11,6 +11,9 @@ the same delivery twice:
   dies while sending leaves a lease that expires, and the delivery is sent again: at least once,
   with the same ``id`` for the receiver to de-duplicate.
 
+Once no delivery of an event is pending, the fields meant for its receivers alone (an
+invitation's link: ``outbox.SECRETS``) are taken out of the stored event.
+
 Deliveries that are done with (delivered or failed) are deleted once older than the retention
 (``VANE_WEBHOOK_RETENTION_DAYS``, 30 by default), with the events no delivery refers to any more;
 a pending delivery stays until it is sent or fails. The ids sort by creation, so that is a range
@@ -324,9 +327,11 @@ class Dispatcher:
                 row.status = "delivered"
                 row.delivered_at = now
                 row.next_attempt_at = None
+                await outbox.forget_secrets(session, [row.event_id])
             elif row.attempts >= self.settings.max_attempts:
                 row.status = "failed"
                 row.next_attempt_at = None
+                await outbox.forget_secrets(session, [row.event_id])
             else:
                 wait = backoff_delay(
                     row.attempts, base=self.settings.backoff_s, cap=self.settings.backoff_cap_s

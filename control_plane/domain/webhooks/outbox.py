@@ -10,12 +10,14 @@ dispatcher (``dispatcher.py``) later fans each row out into one delivery per mat
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from control_plane.db.ids import new_id
-from control_plane.db.models import AuditEntry, OutboxEvent
+from control_plane.db.models import AuditEntry, OutboxEvent, WebhookDelivery
 from control_plane.domain.common import Hooks
 
 AUDIT_TO_WEBHOOK: dict[str, str] = {
@@ -92,6 +94,12 @@ ANNOUNCED_TYPES = ("user.invited",)
 """Announced by a service beside its audit entry, with what the audit must not keep (the
 invitation's single-use link)."""
 
+SECRETS: dict[str, tuple[str, ...]] = {"user.invited": ("url",)}
+"""Fields of an event meant for its receivers alone (the invitation's single-use link): sent in
+its deliveries, never listed (:func:`without_secrets`), and taken out of the stored event once
+no delivery of it is pending (:func:`forget_secrets`), so a redelivery sends the event without
+them."""
+
 EVENT_TYPES: frozenset[str] = (
     frozenset(AUDIT_TO_WEBHOOK.values()) | frozenset(DECISION_TYPES) | frozenset(ANNOUNCED_TYPES)
 )
@@ -105,6 +113,37 @@ def matches(patterns: list[str], event_type: str) -> bool:
 def valid_pattern(pattern: str) -> bool:
     """A pattern that can match at least one event type Vane sends."""
     return any(fnmatch.fnmatchcase(t, pattern) for t in EVENT_TYPES)
+
+
+def without_secrets(event_type: str, data: Any) -> Any:
+    """``data`` as anyone but its receivers may see it: without the fields of ``SECRETS``."""
+    hidden = SECRETS.get(event_type)
+    if not hidden or not isinstance(data, dict):
+        return data
+    return {name: value for name, value in data.items() if name not in hidden}
+
+
+async def forget_secrets(session: AsyncSession, event_ids: Iterable[str]) -> None:
+    """Take the secrets out of each stored event no delivery is pending for any more (each one
+    delivered or given up, or its webhook deleted). The event's row is locked first, so of two
+    replicas recording an event's last two deliveries at once, the second to commit sees the
+    first's and forgets (SQLite serialises writers)."""
+    for event_id in sorted(set(event_ids)):
+        event = await session.scalar(
+            select(OutboxEvent)
+            .where(OutboxEvent.id == event_id, OutboxEvent.type.in_(SECRETS))
+            .with_for_update()
+        )
+        if event is None:
+            continue
+        pending = await session.scalar(
+            select(WebhookDelivery.id)
+            .where(WebhookDelivery.event_id == event_id, WebhookDelivery.status == "pending")
+            .limit(1)
+        )
+        if pending is None:
+            event.data = without_secrets(event.type, event.data)
+    await session.flush()
 
 
 def emit(session: AsyncSession, project_id: str, event_type: str, data: Any) -> None:

@@ -172,8 +172,14 @@ async def delete_webhook(scope: Scope, webhook_id: str) -> s.Deleted:
     row = await _find(scope, webhook_id)
     await _expect_current(scope, row)
     before = _audited(webhook_out(row))
+    events = list(
+        await scope.session.scalars(
+            select(WebhookDelivery.event_id).where(WebhookDelivery.webhook_id == webhook_id)
+        )
+    )
     await scope.session.delete(row)
     await scope.session.flush()
+    await outbox.forget_secrets(scope.session, events)  # its deliveries went with it
     scope.audit("webhook.delete", "webhook", webhook_id, before=before)
     return s.Deleted(id=webhook_id, deleted=True)
 
@@ -192,7 +198,7 @@ def delivery_out(row: WebhookDelivery, event: OutboxEvent) -> s.Delivery:
         delivered_at=row.delivered_at,
         created_at=row.created_at,
         log=[_attempt(a) for a in row.log],
-        data=event.data,
+        data=outbox.without_secrets(event.type, event.data),
     )
 
 
@@ -209,7 +215,9 @@ def _attempt(entry: dict[str, Any]) -> s.Attempt:
 async def deliveries(
     scope: Scope, webhook_id: str, *, limit: int, cursor: str | None, status: str | None
 ) -> s.DeliveryList:
-    """A webhook's deliveries, newest first."""
+    """A webhook's deliveries, newest first: an admin's, as webhooks are (an event's fields
+    meant for its receivers alone are never listed: ``outbox.SECRETS``)."""
+    scope.require(Permission.ADMIN)
     await _find(scope, webhook_id)
     query = (
         select(WebhookDelivery, OutboxEvent)
