@@ -66,6 +66,7 @@ AUDIT_TO_WEBHOOK: dict[str, str] = {
     "metric.delete": "metric.deleted",
     # keys
     "key.create": "key.created",
+    "key.update": "key.updated",
     "key.revoke": "key.revoked",
     # environments
     "environment.create": "environment.created",
