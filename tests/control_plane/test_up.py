@@ -12,31 +12,9 @@ import httpx
 import pytest
 
 from tests.e2e.test_relays import eventually
-from tests.processes import VANE, Process, free_port, wait_http_ok
+from tests.processes import VANE, Process, alive, descendants, free_port, wait_http_ok
 
 pytestmark = pytest.mark.e2e
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def command_line(pid: int) -> str:
@@ -44,14 +22,6 @@ def command_line(pid: int) -> str:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")

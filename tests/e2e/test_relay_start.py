@@ -16,8 +16,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.test_relays import eventually, serves, start_control_plane
-from tests.processes import VANE, Process, free_port, wait_http_ok
+from tests.e2e.test_relays import ControlPlane, eventually, serves, start_control_plane
+from tests.processes import VANE, Process, alive, descendants, free_port, wait_http_ok
 
 pytestmark = pytest.mark.e2e
 
@@ -155,10 +155,8 @@ def test_a_relay_process_loads_nothing_of_the_control_plane() -> None:
     assert not loaded & {"control_plane", "sqlalchemy", "litestar", "scipy", "alembic", "psycopg"}
 
 
-def test_a_relay_with_two_workers_serves_and_gives_each_its_own_spool(tmp_path: Path) -> None:
-    control_plane = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
-    port = free_port()
-    relay = Process(
+def two_worker_relay(control_plane: ControlPlane, port: int, data_dir: Path) -> Process:
+    return Process(
         [
             *VANE,
             "relay",
@@ -167,12 +165,18 @@ def test_a_relay_with_two_workers_serves_and_gives_each_its_own_spool(tmp_path: 
             "--port",
             str(port),
             "--data-dir",
-            str(tmp_path / "relay"),
+            str(data_dir),
             "--workers",
             "2",
         ],
         env={"VANE_RELAY_KEY": control_plane.keys["relay"]},
     )
+
+
+def test_a_relay_with_two_workers_serves_and_gives_each_its_own_spool(tmp_path: Path) -> None:
+    control_plane = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
+    port = free_port()
+    relay = two_worker_relay(control_plane, port, tmp_path / "relay")
     try:
         wait_http_ok(f"http://127.0.0.1:{port}/readyz")
         assert control_plane.api("POST", "/flags", {"key": "both"}).status_code == 201
@@ -201,58 +205,20 @@ def test_a_relay_with_two_workers_serves_and_gives_each_its_own_spool(tmp_path: 
         control_plane.process.stop()
 
 
-def _children(pid: int) -> list[int]:
-    """The live processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def _gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def test_a_relays_workers_die_with_its_main_process(tmp_path: Path) -> None:
     """``kill -9`` of a multi-worker relay's main process (an orchestrator's last resort) leaves
     no worker serving the port: a new relay can take it, and no orphan keeps old flags."""
     control_plane = start_control_plane(f"sqlite:///{tmp_path / 'vane.db'}", tmp_path)
     port = free_port()
-    relay = Process(
-        [
-            *VANE,
-            "relay",
-            "--upstream",
-            control_plane.url,
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp_path / "relay"),
-            "--workers",
-            "2",
-        ],
-        env={"VANE_RELAY_KEY": control_plane.keys["relay"]},
-    )
+    relay = two_worker_relay(control_plane, port, tmp_path / "relay")
     try:
         wait_http_ok(f"http://127.0.0.1:{port}/readyz")
         main = relay.popen.pid
-        eventually(lambda: len(_children(main)) >= 2, what="two workers")
-        workers = _children(main)
+        eventually(lambda: len(descendants(main)) >= 2, what="two workers")
+        workers = descendants(main)
         os.kill(main, signal.SIGKILL)
         relay.popen.wait(timeout=10)
-        eventually(lambda: all(_gone(pid) for pid in workers), what="the workers gone")
+        eventually(lambda: not any(alive(pid) for pid in workers), what="the workers gone")
 
         def refused() -> bool:
             try:
