@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import msgspec
 from sqlalchemy import delete, or_, select
 from sqlalchemy.exc import IntegrityError
 
@@ -113,3 +114,13 @@ async def forget_exposures(
         )
     )
     scope.events_written = True
+
+
+def take_given(row: Any, body: msgspec.Struct, *fields: str) -> None:
+    """Set on ``row`` each of ``fields`` (the same attribute names on both) that ``body`` gives:
+    a field a PATCH body leaves out (``msgspec.UNSET``) stays as it is. Fields whose stored form
+    differs from the body's are written by their service."""
+    for name in fields:
+        value = getattr(body, name)
+        if value is not msgspec.UNSET:
+            setattr(row, name, value)

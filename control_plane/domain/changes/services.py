@@ -56,7 +56,7 @@ from control_plane.domain.flags.services import (
     settings_out,
 )
 from control_plane.domain.paging import Page, paged
-from control_plane.domain.rows import flag_setting
+from control_plane.domain.rows import flag_setting, take_given
 from control_plane.domain.segments import schemas as segments
 from control_plane.domain.segments.services import environments_using, get_segment, patch_segment
 from control_plane.errors import ApiError, FieldError, not_found
@@ -682,12 +682,7 @@ async def edit(scope: Scope, request_id: str, body: s.ChangeRequestPatch) -> s.C
     before = _summary(row, env)
     changes = row.changes if body.changes is msgspec.UNSET else [_stored(c) for c in body.changes]
     await _dry_run(scope, env, changes)
-    if body.title is not msgspec.UNSET:
-        row.title = body.title
-    if body.description is not msgspec.UNSET:
-        row.description = body.description
-    if body.apply_at is not msgspec.UNSET:
-        row.apply_at = body.apply_at
+    take_given(row, body, "title", "description", "apply_at")
     row.changes = changes
     row.bases = await _bases(scope, env, changes)
     row.status = "open"

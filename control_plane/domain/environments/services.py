@@ -16,7 +16,7 @@ from control_plane.domain import problems as base
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.environments import schemas as s
 from control_plane.domain.paging import Page, paged
-from control_plane.domain.rows import written_once
+from control_plane.domain.rows import take_given, written_once
 from control_plane.domain.targeting.clauses import default_serving
 from control_plane.errors import conflict
 from shared.wire import snapshot as w
@@ -166,14 +166,7 @@ async def patch_environment(scope: Scope, key: str, body: s.EnvironmentPatch) ->
     problems.raise_if_any()
     before = environment_out(env)
     renamed = body.key is not msgspec.UNSET and body.key != env.key
-    if body.key is not msgspec.UNSET:
-        env.key = body.key
-    if body.name is not msgspec.UNSET:
-        env.name = body.name
-    if body.critical is not msgspec.UNSET:
-        env.critical = body.critical
-    if body.required_approvals is not msgspec.UNSET:
-        env.required_approvals = body.required_approvals
+    take_given(env, body, "key", "name", "critical", "required_approvals")
     if (env.key, env.name, env.critical, env.required_approvals) == (
         before.key,
         before.name,

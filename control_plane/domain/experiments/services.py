@@ -24,6 +24,7 @@ from control_plane.domain.rows import (
     find_metric,
     forget_exposures,
     private_attributes,
+    take_given,
     written_once,
 )
 from control_plane.errors import conflict, invalid, not_found
@@ -388,10 +389,7 @@ async def patch_experiment(scope: Scope, id_or_key: str, body: s.ExperimentPatch
             f"{', '.join(touches_page)} cannot change once units are exposed "
             f"({before.exposed}): start a new experiment instead"
         )
-    for name in ("name", "description", "stats_engine", "cuped", "url", "goal"):
-        value = getattr(body, name)
-        if value is not msgspec.UNSET:
-            setattr(row, name, value)
+    take_given(row, body, "name", "description", "stats_engine", "cuped", "url", "goal")
     row.selector = selector
     row.variants = variants
     captures = body.dimensions is not msgspec.UNSET and body.dimensions != row.dimensions

@@ -16,6 +16,7 @@ from control_plane.domain.common import Scope
 from control_plane.domain.keys import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.problems import Problems
+from control_plane.domain.rows import take_given
 from control_plane.errors import conflict, invalid, not_found
 from shared.wire.kinds import reference_problem
 
@@ -182,12 +183,7 @@ async def patch_key(scope: Scope, key_id: str, body: s.KeyPatch) -> s.Key:
     if demoted and scope.actor.key_id == row.id and row.role == Role.ADMIN.value:
         raise conflict("a key cannot demote itself: ask another admin")
     before = key_out(row, env_key)
-    if body.name is not msgspec.UNSET:
-        row.name = body.name
-    if body.role is not msgspec.UNSET:
-        row.role = body.role
-    if body.may_turn_off is not msgspec.UNSET:
-        row.may_turn_off = body.may_turn_off
+    take_given(row, body, "name", "role", "may_turn_off")
     await scope.session.flush()
     after = key_out(row, env_key)
     if after != before:

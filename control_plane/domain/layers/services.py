@@ -23,7 +23,7 @@ from control_plane.domain.layers import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.subject import MetricDef, analyse_subject, running_days
-from control_plane.domain.rows import find_metric, forget_exposures, written_once
+from control_plane.domain.rows import find_metric, forget_exposures, take_given, written_once
 from control_plane.errors import conflict, not_found
 from shared.engine.experiments import GENERAL, HOLDOUT
 from shared.wire.snapshot import WEIGHT_SCALE
@@ -126,10 +126,7 @@ async def update_layer(scope: Scope, id_or_key: str, body: s.LayerPatch) -> s.La
         _check_description(problems, body.description)
     problems.raise_if_any()
     before = await layer_out(scope, row)
-    if body.name is not msgspec.UNSET:
-        row.name = body.name
-    if body.description is not msgspec.UNSET:
-        row.description = body.description
+    take_given(row, body, "name", "description")
     if (row.name, row.description) == (before.name, before.description):
         return before
     row.version += 1
@@ -324,10 +321,7 @@ async def update_holdout(scope: Scope, id_or_key: str, body: s.HoldoutPatch) -> 
     )
     problems.raise_if_any()
     before = await holdout_out(scope, row)
-    if body.name is not msgspec.UNSET:
-        row.name = body.name
-    if body.description is not msgspec.UNSET:
-        row.description = body.description
+    take_given(row, body, "name", "description")
     row.metric_ids = metric_ids
     moved = body.status is not msgspec.UNSET and body.status != row.status
     if moved:

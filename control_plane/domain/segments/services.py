@@ -16,7 +16,7 @@ from control_plane.domain import problems as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.protection import refuse_unapproved_in
-from control_plane.domain.rows import written_once
+from control_plane.domain.rows import take_given, written_once
 from control_plane.domain.segments import schemas as s
 from control_plane.domain.snapshots import segment_snapshot
 from control_plane.domain.targeting import clauses as targeting
@@ -288,10 +288,7 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
     if rules is not None:
         _check_cycle(key, rules, others)
         row.rules = [msgspec.to_builtins(r) for r in rules]
-    if body.name is not msgspec.UNSET:
-        row.name = body.name
-    if body.description is not msgspec.UNSET:
-        row.description = body.description
+    take_given(row, body, "name", "description")
     if included is not None:
         row.included = included
     if excluded is not None:
