@@ -160,6 +160,12 @@ def client_address(request: Request[Any, Any, Any]) -> str:
 
 def signed_in_response(request: Request[Any, Any, Any], cookie: str, target: str) -> Response[Any]:
     response: Response[Any] = Redirect(target, status_code=303)
+    return _with_session(request, response, cookie)
+
+
+def _with_session(
+    request: Request[Any, Any, Any], response: Response[Any], cookie: str
+) -> Response[Any]:
     response.set_cookie(
         COOKIE,
         cookie,
@@ -305,7 +311,12 @@ async def sso_callback(request: Request[Any, Any, Any]) -> Response[Any]:
         if isinstance(who, Refused):
             return _refused(request, who.message)
         cookie, _signed = await open_session(session, who)
-    response = signed_in_response(request, cookie, target)
+    # a page that goes on to the target itself, not a redirect: the person arrived from the
+    # provider's site, and a browser leaves the SameSite=Strict session cookie off every request
+    # of a navigation another site started, redirects included (they would land on sign-in)
+    response = _with_session(
+        request, page(request, None, "sso_signed_in.html", title="Signed in", next=target), cookie
+    )
     response.delete_cookie(STATE_COOKIE, path="/console/sso")
     return response
 

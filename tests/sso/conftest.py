@@ -11,7 +11,7 @@ import fcntl
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,14 +117,19 @@ class OpenIdProvider:
 
 
 @contextmanager
-def running_provider(port: int = 0) -> Iterator[OpenIdProvider]:
-    """``provider.mjs`` with the clients and accounts above, until the block ends."""
+def running_provider(port: int = 0, *, redirects: Sequence[str] = ()) -> Iterator[OpenIdProvider]:
+    """``provider.mjs`` with the clients and accounts above, until the block ends; ``redirects``
+    are more redirect URLs the clients may use (a control plane's real callback)."""
     if shutil.which("node") is None:
         unavailable("Node.js (to run oidc-provider)")
     install_oidc_provider()
     config = {
         "clients": [
-            {"client_id": client_id, "client_secret": secret, "redirect_uris": [REDIRECT]}
+            {
+                "client_id": client_id,
+                "client_secret": secret,
+                "redirect_uris": [REDIRECT, *redirects],
+            }
             for client_id, secret in CLIENTS.items()
         ],
         "accounts": ACCOUNTS,

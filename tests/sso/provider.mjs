@@ -19,6 +19,8 @@
 // answers with the interaction's details as JSON; POST /interaction/<uid>/login with the form
 // field `account` signs that account in and grants the requested scopes (login and consent in
 // one step), POST /interaction/<uid>/abort declines (the client gets error=access_denied).
+// A browser (a request that accepts text/html) gets a small login page instead of the JSON: a
+// form posting the same `account` field to the same /login, with a button to /abort.
 import * as crypto from 'node:crypto';
 import * as http from 'node:http';
 import { createRequire } from 'node:module';
@@ -76,6 +78,27 @@ async function readForm(req) {
   return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
 }
 
+function wantsHtml(req) {
+  return (req.headers.accept ?? '').includes('text/html');
+}
+
+function loginPage(res, uid, params) {
+  const client = String(params.client_id).replace(/[^\w.-]/g, '');
+  res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' });
+  res.end(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Sign in · test identity provider</title>
+<style>body{font:16px system-ui,sans-serif;max-width:24rem;margin:4rem auto}
+label,input,button{display:block;margin:.4rem 0}input{box-sizing:border-box;width:100%;padding:.4rem}</style></head>
+<body><h1>Test identity provider</h1>
+<p>Sign in to continue to <strong>${client}</strong>.</p>
+<form method="post" action="/interaction/${uid}/login">
+<label for="account">Account</label>
+<input id="account" name="account" autocomplete="username" required autofocus>
+<button type="submit">Sign in</button>
+<button type="submit" formaction="/interaction/${uid}/abort" formnovalidate>Cancel</button>
+</form></body></html>`);
+}
+
 function answer(res, status, body) {
   res.writeHead(status, { 'content-type': 'application/json' });
   res.end(JSON.stringify(body));
@@ -85,6 +108,7 @@ async function interaction(req, res, uid, action) {
   const details = await provider.interactionDetails(req, res);
   if (details.uid !== uid) return answer(res, 400, { error: 'interaction mismatch' });
   if (req.method === 'GET' && action === undefined) {
+    if (wantsHtml(req)) return loginPage(res, uid, details.params);
     return answer(res, 200, { uid, prompt: details.prompt.name, params: details.params });
   }
   if (req.method === 'POST' && action === 'abort') {
