@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -142,6 +143,26 @@ def test_failed_sign_ins_are_throttled_per_client_address(api: Api) -> None:
     assert blocked.status_code == 429  # type: ignore[attr-defined]
     assert int(blocked.headers["retry-after"]) > 0  # type: ignore[attr-defined]
     assert "try again in" in blocked.text  # type: ignore[attr-defined]
+
+
+def test_without_trusted_proxies_x_forwarded_for_is_ignored_by_the_throttle(api: Api) -> None:
+    """VANE_TRUSTED_PROXIES unset: the socket's peer is the client, so a client cannot name
+    itself another address to step out of its throttle (behind a trusted proxy the header
+    counts: tests/e2e/test_behind_a_proxy.py)."""
+
+    def attempt(email: str, forwarded_for: str) -> Any:
+        page = api.client.get("/console/sign-in")
+        return api.client.post(
+            "/console/sign-in",
+            data={"_login": login_token(page.text), "email": email, "password": "not it at all"},
+            headers={"X-Forwarded-For": forwarded_for},
+            follow_redirects=False,
+        )
+
+    for n in range(signin.PER_ADDRESS):
+        assert attempt(f"nobody{n}@example.com", f"203.0.113.{n}").status_code == 401
+    dodged = attempt("nobody@example.com", "198.51.100.7")
+    assert dodged.status_code == 429, dodged.text[:300]
 
 
 def test_sign_out_everywhere_ends_every_session_of_the_person(api: Api) -> None:
