@@ -7,6 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from control_plane.proxies import Network, parse_trusted_proxies
 from control_plane.sso import SsoSettings, sso_settings_from_env
 from shared.wire.body import MAX_BODY_BYTES
 
@@ -39,6 +40,9 @@ class Settings:
         None  # the console's address in links (invitations); else the request's
     )
     sso: SsoSettings | None = None  # sign-in through an OpenID provider (VANE_OIDC_*)
+    # reverse proxies whose X-Forwarded-For names the client (control_plane.proxies); none: the
+    # socket's peer is the client
+    trusted_proxies: tuple[Network, ...] = ()
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -67,6 +71,7 @@ class Settings:
             console_idle_minutes=float(env.get("VANE_CONSOLE_IDLE_MINUTES") or 60.0),
             public_url=(env.get("VANE_PUBLIC_URL") or "").strip().rstrip("/") or None,
             sso=sso_settings_from_env(env),
+            trusted_proxies=parse_trusted_proxies(env.get("VANE_TRUSTED_PROXIES") or ""),
         )
 
 

@@ -38,6 +38,8 @@ class PeoplePages(ListPage):
             "invitations": found.invitations,
             "tokens": tokens.tokens if tokens else None,
             "roles": ROLE_NAMES,
+            # a token's role: the person's own or less (the service refuses more anyway)
+            "token_roles": ROLE_NAMES[: ROLES.index(scope.actor.role) + 1],
         }
 
     @get("/")
@@ -105,7 +107,15 @@ class PeoplePages(ListPage):
     async def create_token(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
         form = await request.form()
         role = forms.text(form, "role")
-        body = s.TokenCreate(name=forms.text(form, "name"), role=_role(role) if role else None)
+        # "may turn off": the box (ticked: "on") comes with a hidden "off", so that a form that
+        # offered it says yes or no; a form without it (a person who may not turn off, or a
+        # client that leaves the field out) gets the API's default, as a body without it does
+        box = forms.texts(form, "mayTurnOff")
+        body = s.TokenCreate(
+            name=forms.text(form, "name"),
+            role=_role(role) if role else None,
+            may_turn_off="on" in box if box else None,
+        )
         return await self.write(
             request,
             who,

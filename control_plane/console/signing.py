@@ -29,6 +29,7 @@ from litestar.response import Redirect, Template
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from control_plane import proxies
 from control_plane.console import forms
 from control_plane.console.sessions import COOKIE, open_session, sign_in
 from control_plane.console.web import field_errors, page
@@ -153,9 +154,13 @@ def _login_token_matches(request: Request[Any, Any, Any], form: Any) -> bool:
 
 
 def client_address(request: Request[Any, Any, Any]) -> str:
-    """The client's address, for throttling sign-ins (the socket's peer: a proxy in front
-    should be trusted explicitly, which Vane does not assume)."""
-    return request.client.host if request.client else "unknown"
+    """The client's address, for throttling sign-ins and the audit of a failed one: the
+    socket's peer, or behind a proxy of ``VANE_TRUSTED_PROXIES`` the address it forwards."""
+    return proxies.client_address(
+        request.client.host if request.client else None,
+        request.headers.getall("x-forwarded-for", []),
+        request.app.state.settings.trusted_proxies,
+    )
 
 
 def signed_in_response(request: Request[Any, Any, Any], cookie: str, target: str) -> Response[Any]:

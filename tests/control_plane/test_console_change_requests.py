@@ -8,7 +8,14 @@ import re
 from typing import Any
 
 from tests.conftest import Api
-from tests.control_plane.people import csrf_of, invite, join
+from tests.control_plane.people import (
+    PASSWORD,
+    console_token,
+    csrf_of,
+    invite,
+    join,
+    sign_in_form,
+)
 
 COOKIE = "vane_console"
 
@@ -506,3 +513,61 @@ def test_the_segment_page_requests_a_change_where_a_protected_flag_uses_the_segm
     assert saved.status_code == 303
     assert saved.headers["location"] == "/console/segments/loose"
     assert api.get("/segments/loose").json()["included"] == ["u1", "u2"]
+
+
+def test_the_author_signed_in_twice_cannot_approve_from_the_second_session(api: Api) -> None:
+    """Nobody approves their own request, not through a second session: the author signed in
+    in a second browser (a cookie of its own) sends the approve form there and is refused with
+    the API's own message; nothing is approved until someone else does."""
+    protected_flag(api)
+    console = Console(api)
+    console.join("ed@example.com", "editor")  # the first browser: joined by the link
+    console.join("ada@example.com", "admin")
+    flag_page = "/console/flags/checkout?env=production"
+    cr = request_id(
+        console.as_("ed@example.com").post(
+            flag_page,
+            "/console/flags/checkout/environments/production/settings",
+            version=settings_version(api, "checkout"),
+            offVariation="1",
+            fallthrough="1",
+            title="",
+        )
+    )
+    # the second browser: the same person signs in with their password, a session of its own
+    api.client.cookies.delete(COOKIE)
+    assert sign_in_form(api, "ed@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    second = api.client.cookies.get(COOKIE)
+    assert second
+    assert second != console.cookies["ed@example.com"]
+    console.cookies["ed, second browser"] = second
+    # what the API answers the same person (their personal token) is what the console shows
+    token = console_token(api, "ed's token")
+    by_api = api.post(f"/change-requests/{cr}/approve", {}, key=token)
+    assert by_api.status_code == 403, by_api.text
+    assert by_api.json()["error"]["code"] == "own_change_request"
+    message = by_api.json()["error"]["message"]
+
+    page = f"/console/change-requests/{cr}"
+    own = console.as_("ed, second browser").post(
+        page, f"{page}/review", decision="approve", version="1"
+    )
+    assert own.status_code == 403, own.text[:500]
+    assert message in text_of(own.text)
+    stored = api.get(f"/change-requests/{cr}").json()
+    assert stored["status"] == "open"
+    assert stored["approvals"] == 0
+    assert stored["approvedBy"] == []
+    assert stored["reviews"] == []
+    # the first session is refused alike; someone else's approval is what counts
+    again = console.as_("ed@example.com").post(
+        page, f"{page}/review", decision="approve", version="1"
+    )
+    assert again.status_code == 403
+    approved = console.as_("ada@example.com").post(
+        page, f"{page}/review", decision="approve", version="1"
+    )
+    assert approved.status_code == 303, approved.text[:500]
+    stored = api.get(f"/change-requests/{cr}").json()
+    assert stored["approvedBy"] == ["ada@example.com"]
+    assert stored["approvals"] == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -142,6 +143,26 @@ def test_failed_sign_ins_are_throttled_per_client_address(api: Api) -> None:
     assert blocked.status_code == 429  # type: ignore[attr-defined]
     assert int(blocked.headers["retry-after"]) > 0  # type: ignore[attr-defined]
     assert "try again in" in blocked.text  # type: ignore[attr-defined]
+
+
+def test_without_trusted_proxies_x_forwarded_for_is_ignored_by_the_throttle(api: Api) -> None:
+    """VANE_TRUSTED_PROXIES unset: the socket's peer is the client, so a client cannot name
+    itself another address to step out of its throttle (behind a trusted proxy the header
+    counts: tests/e2e/test_behind_a_proxy.py)."""
+
+    def attempt(email: str, forwarded_for: str) -> Any:
+        page = api.client.get("/console/sign-in")
+        return api.client.post(
+            "/console/sign-in",
+            data={"_login": login_token(page.text), "email": email, "password": "not it at all"},
+            headers={"X-Forwarded-For": forwarded_for},
+            follow_redirects=False,
+        )
+
+    for n in range(signin.PER_ADDRESS):
+        assert attempt(f"nobody{n}@example.com", f"203.0.113.{n}").status_code == 401
+    dodged = attempt("nobody@example.com", "198.51.100.7")
+    assert dodged.status_code == 429, dodged.text[:300]
 
 
 def test_sign_out_everywhere_ends_every_session_of_the_person(api: Api) -> None:
@@ -291,3 +312,88 @@ def test_the_console_offers_a_person_only_what_their_role_may_do(api: Api) -> No
         posts = re.findall(r'<form method="post" action="([^"]+)"', html)
         assert posts == ["/console/sign-out"], (path, posts)
     assert 'action="/console/segments/"' in api.client.get("/console/segments").text
+
+
+TOKEN_BOX = re.compile(r'<input[^>]*id="t-may-turn-off"[^>]*>')
+
+
+def token_rows(html: str) -> dict[str, tuple[str, str]]:
+    """The People page's list of tokens: each name's role and "may turn off", as shown."""
+    table = html.split("Your personal tokens</caption>", 1)[1].split("</table>", 1)[0]
+    rows: dict[str, tuple[str, str]] = {}
+    for row in table.split("<tr>")[2:]:  # past the head
+        cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td>(.*?)</td>", row)]
+        rows[cells[0]] = (cells[1], cells[2])
+    return rows
+
+
+def test_a_person_with_the_grant_makes_tokens_with_and_without_it_in_the_console(
+    api: Api,
+) -> None:
+    person(api, "otto@example.com", "editor")
+    otto = next(p for p in api.get("/users").json()["people"] if p["email"] == "otto@example.com")
+    assert api.patch(f"/users/{otto['id']}", {"mayTurnOff": True}).status_code == 200
+    assert sign_in_form(api, "otto@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    page = api.client.get("/console/people").text
+    box = TOKEN_BOX.search(page)
+    assert box is not None, "no 'may turn off' box on the new token form"
+    # ticked as the form starts (the person's own role): the API's default for that token
+    assert "checked" in box.group(0)
+    made = api.client.post(  # a browser sends the ticked box, then the hidden "off" after it
+        "/console/people/tokens",
+        data={"_csrf": csrf_of(page), "name": "pager", "role": "", "mayTurnOff": ["on", "off"]},
+        follow_redirects=False,
+    )
+    assert made.status_code == 201, made.text[:800]
+    found = re.search(r'<code id="new-token">([^<]+)</code>', made.text)
+    assert found is not None
+    pager = found.group(1)
+    unticked = api.client.post(  # the box unticked: only the hidden "off"
+        "/console/people/tokens",
+        data={"_csrf": csrf_of(page), "name": "dashboard", "role": "", "mayTurnOff": "off"},
+        follow_redirects=False,
+    )
+    assert unticked.status_code == 201, unticked.text[:800]
+    # a form sent without the field gets what the API gives a body without it
+    for name, role in (("script", ""), ("script viewer", "viewer")):
+        bare = api.client.post(
+            "/console/people/tokens",
+            data={"_csrf": csrf_of(page), "name": name, "role": role},
+            follow_redirects=False,
+        )
+        assert bare.status_code == 201, bare.text[:800]
+    # refused (a name too long), the form comes back as it was sent: the box unticked
+    again = api.client.post(
+        "/console/people/tokens",
+        data={"_csrf": csrf_of(page), "name": "x" * 201, "mayTurnOff": "off"},
+        follow_redirects=False,
+    )
+    assert again.status_code == 422, again.text[:800]
+    box = TOKEN_BOX.search(again.text)
+    assert box is not None
+    assert "checked" not in box.group(0)
+    shown = token_rows(api.client.get("/console/people").text)
+    assert shown["pager"] == ("editor", "yes")
+    assert shown["dashboard"] == ("editor", "no")
+    assert shown["script"] == ("editor", "yes")
+    assert shown["script viewer"] == ("viewer", "no")
+    listed = api.get("/tokens", key=pager).json()["tokens"]
+    assert {(t["name"], t["role"], t["mayTurnOff"]) for t in listed} >= {
+        ("pager", "editor", True),
+        ("dashboard", "editor", False),
+        ("script", "editor", True),
+        ("script viewer", "viewer", False),
+    }
+    # a person without the grant is not offered the box; asked anyway, it is refused beside it
+    ed = person(api, "ed@example.com", "editor")
+    assert sign_in_form(api, "ed@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    page = api.client.get("/console/people").text
+    assert TOKEN_BOX.search(page) is None
+    beyond = api.client.post(
+        "/console/people/tokens",
+        data={"_csrf": csrf_of(page), "name": "sneaky", "mayTurnOff": "on"},
+        follow_redirects=False,
+    )
+    assert beyond.status_code == 422, beyond.text[:800]
+    assert 'id="err-mayTurnOff"' in beyond.text
+    assert "sneaky" not in {t["name"] for t in api.get("/tokens", key=ed).json()["tokens"]}
