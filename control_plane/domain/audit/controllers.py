@@ -28,8 +28,9 @@ class AuditController(Controller):
         "/",
         summary="Every change in the project, newest first",
         description=(
-            "Filters: `resourceType` (flag, segment, experiment, layer, holdout, metric, key, "
-            "environment, code-refs), `resource` (its key or id), `action` (e.g. `flag.toggle`), `actor` "
+            "Filters: `resourceType` (flag, segment, experiment, layer, holdout, metric, "
+            "environment, change_request, key, token, user, webhook, repository: code "
+            "references), `resource` (its key or id), `action` (e.g. `flag.toggle`), `actor` "
             "(the acting key's or person's id), `environment`, `since`/`until` (RFC 3339). Page with "
             "`cursor` = the previous answer's `nextCursor`."
         ),
