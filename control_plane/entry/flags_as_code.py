@@ -29,9 +29,10 @@ from control_plane.domain.projectfile.imports import (
     launchdarkly,
     unleash,
 )
+from control_plane.domain.projectfile.imports.environments import Wanted, malformed
 from control_plane.domain.projectfile.promotion import PromotionRefused, promote
 
-CONVERTERS: dict[str, Callable[[Any, str], Converted]] = {
+CONVERTERS: dict[str, Callable[[Any, Wanted], Converted]] = {
     "launchdarkly": launchdarkly.convert,
     "flagd": flagd.convert,
     "unleash": unleash.convert,
@@ -208,20 +209,59 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return NOTHING
 
 
-def convert(source: str, path: str, environment: str) -> Converted:
+def convert(source: str, path: str, wanted: Wanted) -> Converted:
     """The file at ``path``, written for ``source``, as a Vane document and its notes."""
     data = read_document(path)
     try:
-        return CONVERTERS[source](data, environment)
+        return CONVERTERS[source](data, wanted)
     except Refused as exc:
         raise Failed(f"{path} cannot be imported: {exc}") from exc
 
 
+def _environment_keys(client: httpx.Client) -> set[str]:
+    """The keys of the project's environments, every page."""
+    keys: set[str] = set()
+    params: dict[str, Any] = {"limit": 500}
+    while True:
+        page = _answer(client.get("/environments", params=params))
+        keys |= {str(e["key"]) for e in page["environments"]}
+        if not page.get("hasMore"):
+            return keys
+        params["cursor"] = page["nextCursor"]
+
+
+def check_environments(client: httpx.Client, converted: Converted) -> None:
+    """Every Vane environment the import sets exists, or nothing is imported: each one missing
+    is named, with the file's environment that would go to it."""
+    known = _environment_keys(client)
+    missing = [(theirs, ours) for theirs, ours in converted.environments if ours not in known]
+    if not missing:
+        return
+    lines = ["nothing imported: the project lacks an environment the import sets"]
+    for theirs, ours in missing:
+        if theirs is None:
+            lines.append(f"  no Vane environment {ours!r} (--env {ours})")
+        else:
+            lines.append(
+                f"  no Vane environment {ours!r} (the file's {theirs!r}): create it, or map "
+                f"the file's to another with --env {theirs}=OURS"
+            )
+    raise Failed("\n".join(lines))
+
+
+def _targets(converted: Converted) -> str:
+    return ", ".join(
+        ours if theirs is None else f"{theirs} -> {ours}" for theirs, ours in converted.environments
+    )
+
+
 def cmd_import(args: argparse.Namespace) -> int:
-    converted = convert(args.source, args.file, args.env)
+    converted = convert(args.source, args.file, Wanted(tuple(args.env or ()), args.every))
     for note in converted.notes:
         print(f"not converted: {note}", file=sys.stderr)
+    print(f"environments: {_targets(converted)}", file=sys.stderr)
     with _client(args) as client:
+        check_environments(client, converted)
         found = _plan(client, converted.document, False)
         if args.dry_run or not found["hasChanges"]:
             return CHANGES if found["hasChanges"] else NOTHING
@@ -235,19 +275,51 @@ def cmd_import(args: argparse.Namespace) -> int:
     return NOTHING
 
 
+def _environment(value: str) -> str:
+    if malformed(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not ENV or THEIRS=OURS")
+    return value
+
+
+IMPORT_HELP = """\
+Convert another product's flag file into a project document, plan it and apply it (one
+transaction: every environment at once). A LaunchDarkly data file ({"flags", "segments"}) and a
+flagd file hold one environment's flags: they are set in each --env given (default production).
+An Unleash export and LaunchDarkly's REST list of flags ({"items"}) hold several: --env NAME
+imports the file's NAME into the Vane environment of the same key (lowercased), --env
+THEIRS=OURS the file's THEIRS into Vane's OURS, --all-environments every one of the file's into
+the Vane environment of the same key. An environment the project lacks refuses the import, named,
+with nothing written: create it, or map it with --env THEIRS=OURS."""
+
+
 def _import_parser(sub: Any) -> None:
     command = sub.add_parser(
-        "import", help="convert another product's flag file, plan it and apply it"
+        "import",
+        help="convert another product's flag file, plan it and apply it",
+        description=IMPORT_HELP,
     )
     command.add_argument("file")
     command.add_argument("--from", dest="source", choices=sorted(CONVERTERS), required=True)
     command.add_argument(
-        "--env", default="production", help="the environment the file's settings go to"
+        "--env",
+        action="append",
+        type=_environment,
+        metavar="ENV|THEIRS=OURS",
+        help="a Vane environment the file's settings go to (default: production); repeat for "
+        "several. For a file of several environments: the file's ENV into Vane's ENV, or the "
+        "file's THEIRS into Vane's OURS",
+    )
+    command.add_argument(
+        "--all-environments",
+        dest="every",
+        action="store_true",
+        help="every environment of an Unleash export or LaunchDarkly REST list, each into the "
+        "Vane environment of the same key (--env THEIRS=OURS for those named otherwise)",
     )
     command.add_argument(
         "--dry-run", action="store_true", help="print the plan only (exit 0: nothing, 2: some)"
     )
-    command.set_defaults(func=cmd_import)
+    command.set_defaults(func=cmd_import, parser=command)
 
 
 def _promotion_arguments(command: argparse.ArgumentParser) -> None:
@@ -272,7 +344,10 @@ def _promotion_arguments(command: argparse.ArgumentParser) -> None:
 def check_arguments(args: argparse.Namespace) -> None:
     """Exactly one of FILE or the pair ``--from-env``/``--to-env``; the promotion's other
     options only with the pair, and never ``--prune`` (it would archive every flag not
-    promoted)."""
+    promoted). An import of a flagd file (one environment's): no ``--all-environments``, no
+    ``THEIRS=OURS``."""
+    if args.command == "import":
+        _check_import(args)
     if not hasattr(args, "from_env"):
         return
     parser: argparse.ArgumentParser = args.parser
@@ -287,6 +362,17 @@ def check_arguments(args: argparse.Namespace) -> None:
         parser.error("--flag and --from-file go with --from-env/--to-env")
     if pair[0] and args.prune:
         parser.error("--prune does not go with --from-env/--to-env")
+
+
+def _check_import(args: argparse.Namespace) -> None:
+    if args.source != "flagd":
+        return
+    one = "a flagd file holds one environment's flags: give --env OURS (repeat it for several)"
+    if args.every:
+        args.parser.error(f"--all-environments: {one}")
+    for value in args.env or ():
+        if "=" in value:
+            args.parser.error(f"--env {value}: {one}")
 
 
 def build_parser() -> argparse.ArgumentParser:

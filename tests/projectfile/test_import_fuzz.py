@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from control_plane.domain.projectfile.imports import Refused, flagd, launchdarkly, unleash
+from control_plane.domain.projectfile.imports.environments import Wanted
 
 SCALARS = st.none() | st.booleans() | st.integers(-3, 100_001) | st.sampled_from(
     ["a", "A", "in", "IN", "default", "flexibleRollout", "userWithId", "if", "var", "key",
@@ -83,10 +84,10 @@ UNLEASH = st.fixed_dictionaries(
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def converts_or_refuses(convert: Any, data: Any) -> None:
+def converts_or_refuses(convert: Any, data: Any, wanted: Wanted | str = "production") -> None:
     message = "converted"
     try:
-        convert(data, "production")
+        convert(data, wanted)
     except Refused as refused:
         message = str(refused)
     assert message
@@ -108,3 +109,53 @@ def test_flagd_files(flags: Any, evaluators: Any) -> None:
 @given(UNLEASH)
 def test_unleash_files(data: Any) -> None:
     converts_or_refuses(unleash.convert, data)
+
+
+ENVIRONMENTS = st.sampled_from(["production", "development", "Test"])
+LD_ITEMS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "key": st.sampled_from(["f", "G"]),
+            "variations": st.lists(st.fixed_dictionaries({"value": JSON}), max_size=3) | JSON,
+            "environments": st.dictionaries(ENVIRONMENTS, LD_FLAG | JSON, max_size=3),
+        }
+    ),
+    max_size=2,
+)
+UNLEASH_ENVIRONMENTS = st.fixed_dictionaries(
+    {
+        "features": st.lists(st.fixed_dictionaries({"name": SCALARS}, optional={"type": JSON})),
+        "featureStrategies": st.lists(
+            st.fixed_dictionaries(
+                {"featureName": st.sampled_from(["a", "b"]), "environment": ENVIRONMENTS},
+                optional={"name": JSON, "parameters": JSON, "variants": JSON},
+            )
+        ),
+        "featureEnvironments": st.lists(
+            st.fixed_dictionaries(
+                {"featureName": st.sampled_from(["a", "b"]), "environment": ENVIRONMENTS},
+                optional={"enabled": JSON, "variants": JSON},
+            )
+        ),
+    },
+    optional={"environments": JSON},
+)
+WANTED = st.builds(
+    Wanted,
+    st.lists(st.sampled_from(["production", "development=staging", "Test", "x=y"]), max_size=2).map(
+        tuple
+    ),
+    st.booleans(),
+)
+
+
+@FUZZ
+@given(LD_ITEMS, WANTED)
+def test_launchdarkly_rest_lists_of_several_environments(items: Any, wanted: Wanted) -> None:
+    converts_or_refuses(launchdarkly.convert, {"items": items}, wanted)
+
+
+@FUZZ
+@given(UNLEASH_ENVIRONMENTS, WANTED)
+def test_unleash_exports_of_several_environments(data: Any, wanted: Wanted) -> None:
+    converts_or_refuses(unleash.convert, data, wanted)

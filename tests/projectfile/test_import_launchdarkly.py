@@ -240,8 +240,11 @@ def test_the_rest_apis_flags_import_one_environment(api: Api) -> None:
     assert (found["value"], found["variationName"]) == ("express", "Express")
     flag = flag_of(export(api), "checkout")
     assert (flag["name"], flag["tags"], flag["temporary"]) == ("Checkout", ["payments"], False)
-    missing = launchdarkly.convert({"items": items}, "qa")
-    assert missing.notes == ["flag checkout: no environment 'qa', not imported"]
+    with pytest.raises(Refused) as missing:  # a mistyped --env imports nothing, said so
+        launchdarkly.convert({"items": items}, "qa")
+    assert str(missing.value) == (
+        "environment 'qa': not in the file (its environments: production, test)"
+    )
 
 
 def test_a_segments_contexts_of_other_kinds_are_imported(api: Api) -> None:

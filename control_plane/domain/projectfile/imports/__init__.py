@@ -1,8 +1,10 @@
 """Doors in: another product's flag file turned into a Vane project document.
 
-A converter is a pure function from the parsed file to a ``Converted``: the document (the same
-shape ``POST /plan`` and ``POST /apply`` take, in their camelCase JSON) and the notes naming
-whatever had no Vane equivalent and was left out. What cannot be converted faithfully at all
+A converter is a pure function from the parsed file and the environments wanted
+(``environments.Wanted``: ``--env``, ``--all-environments``) to a ``Converted``: the document
+(the same shape ``POST /plan`` and ``POST /apply`` take, in their camelCase JSON), the notes
+naming whatever had no Vane equivalent and was left out, and which of the file's environments
+went to which of Vane's. What cannot be converted faithfully at all
 raises ``Refused`` naming the flag (or segment) and the construct: nothing is imported then.
 The ``vane import`` command converts on the client and plans and applies the result, so an
 import has every guarantee an apply has."""
@@ -25,6 +27,12 @@ KEY_PATTERN = re.compile(r"^[a-z0-9_.\-]{1,128}$")
 class Converted:
     document: Json
     notes: list[str] = field(default_factory=list)  # "flag x: trackEvents (no equivalent)"
+    # the file's environment (None: a file of one) and the Vane environment set from it, each
+    # pair once (``environments.targets``)
+    environments: list[tuple[str | None, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.notes = list(dict.fromkeys(self.notes))  # said once, however many environments
 
 
 class Refused(Exception):

@@ -1,5 +1,6 @@
-"""flagd's flag file (the OpenFeature flag definition format) as a Vane project document for one
-environment, and a project document's environment as a flagd file.
+"""flagd's flag file (the OpenFeature flag definition format) as a Vane project document setting
+its one environment's flags in each Vane environment wanted (``--env``, repeatable), and a project
+document's environment as a flagd file.
 
 flagd's targeting is JsonLogic returning a variant's name. It is converted into Vane's ordered
 rules: each branch of ``if`` a rule (nested ``if`` conjoined with its branch, ``or`` one rule per
@@ -10,6 +11,7 @@ alternative, ``and`` a rule's clauses), each comparison of a ``var`` with litera
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +25,7 @@ from control_plane.domain.projectfile.imports import (
     flag_type,
     guarded,
 )
+from control_plane.domain.projectfile.imports.environments import Wanted, targets
 
 Clauses = list[Json]
 Condition = list[Clauses]  # alternatives (or) of clause lists (and)
@@ -44,20 +47,23 @@ SEMVER = {
 MAX_ALTERNATIVES = 1000  # ``or`` inside ``and`` multiplies rules: a bound on what one flag makes
 
 
-def convert(data: Mapping[str, Any], environment: str) -> Converted:
+def convert(data: Mapping[str, Any], wanted: Wanted | str) -> Converted:
+    """The file's flags set in each Vane environment ``wanted`` (``--env``, repeatable)."""
     if not isinstance(data, Mapping) or not isinstance(data.get("flags"), Mapping):
         raise Refused("file", "not a flagd file: no 'flags' object")
+    chosen = targets(None, wanted, "a flagd file")
+    environments = [ours for _, ours in chosen]
     evaluators = data.get("$evaluators") or {}
     notes: list[str] = []
     if not isinstance(evaluators, Mapping):
         raise Refused("$evaluators", "not an object of names")
     flags = [
         guarded(
-            f"flag {key}", _flag, check_key("flag", key, notes), ld, environment, evaluators, notes
+            f"flag {key}", _flag, check_key("flag", key, notes), ld, environments, evaluators, notes
         )
         for key, ld in sorted(data["flags"].items(), key=lambda item: str(item[0]))
     ]
-    return Converted(document(flags, []), notes)
+    return Converted(document(flags, []), notes, chosen)
 
 
 class _Flag:
@@ -83,7 +89,7 @@ class _Flag:
 
 
 def _flag(
-    key: str, ld: Any, environment: str, evaluators: Mapping[str, Any], notes: list[str]
+    key: str, ld: Any, environments: list[str], evaluators: Mapping[str, Any], notes: list[str]
 ) -> Json:
     where = f"flag {key}"
     variants = ld.get("variants") if isinstance(ld, Mapping) else None
@@ -106,6 +112,12 @@ def _flag(
         )
     notes += [f"{where}: {what}" for what in sorted(flag.inexact)]
     notes += [f"{where}: {name} (no Vane equivalent)" for name in sorted(set(ld) - FLAG_FIELDS)]
+    setting = {
+        "enabled": enabled,
+        "offVariation": flag.index[default],
+        "fallthrough": fallthrough,
+        "rules": rules,
+    }
     return {
         "key": key,
         "name": key,
@@ -115,14 +127,7 @@ def _flag(
             {"value": value, "idx": i, "name": name}
             for i, (name, value) in enumerate(variants.items())
         ],
-        "environments": {
-            environment: {
-                "enabled": enabled,
-                "offVariation": flag.index[default],
-                "fallthrough": fallthrough,
-                "rules": rules,
-            }
-        },
+        "environments": {ours: copy.deepcopy(setting) for ours in environments},
     }
 
 

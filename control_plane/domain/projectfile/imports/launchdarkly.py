@@ -1,5 +1,7 @@
-"""LaunchDarkly's flag JSON (its API's and its relay's data files: ``{"flags", "segments"}``)
-as a Vane project document for one environment.
+"""LaunchDarkly's flag JSON (its relay's and SDKs' data files: ``{"flags", "segments"}``, one
+environment's, set in each Vane environment wanted; its REST API's list of flags, ``{"items"}``,
+whose environments are imported each into the Vane environment it is mapped to) as a Vane project
+document.
 
 Vane evaluates as LaunchDarkly does (targets by context kind, rules of clauses, prerequisites,
 segments, rollouts by context kind and attribute), so most of a flag converts one for one. Rollout
@@ -21,6 +23,7 @@ from control_plane.domain.projectfile.imports import (
     flag_type,
     guarded,
 )
+from control_plane.domain.projectfile.imports.environments import Target, Wanted, targets
 from shared.engine.operators import OPERATORS
 
 WEIGHT_SCALE = 1000  # LaunchDarkly: out of 100,000; Vane: percent, 3 decimals
@@ -43,44 +46,88 @@ KNOWN_SEGMENT_FIELDS = frozenset(
 )  # fmt: skip
 
 
-def convert(data: Mapping[str, Any], environment: str) -> Converted:
-    """The flags and segments of ``data`` as a document setting them in ``environment``."""
+def convert(data: Mapping[str, Any], wanted: Wanted | str) -> Converted:
+    """The flags and segments of ``data`` as a document setting them in the Vane environments
+    ``wanted``: the REST list's environments each in its own, a data file's in each."""
     if not isinstance(data, Mapping):
         raise Refused("file", "not a JSON object with 'flags' and 'segments'")
     notes: list[str] = []
+    chosen = targets(environments(data), wanted, "a LaunchDarkly data file")
     if isinstance(data.get("items"), list):  # the REST API's list of flags
-        data = {**data, "flags": guarded("items", _from_api, data["items"], environment, notes)}
+        data = {**data, "flags": guarded("items", _from_api, data["items"], chosen, notes)}
     items = _items(data, "flags", "flag", notes)
     known = {key for key, _ in items}
-    flags = [guarded(f"flag {key}", _flag, key, ld, environment, known, notes) for key, ld in items]
+    flags = [
+        guarded(f"flag {key}", _flag, key, _per_environment(ld, chosen), known, notes)
+        for key, ld in items
+    ]
     segments = [
         guarded(f"segment {key}", _segment, key, ld, notes)
         for key, ld in _items(data, "segments", "segment", notes)
     ]
-    return Converted(document(flags, segments), notes)
+    return Converted(document(flags, segments), notes, chosen)
+
+
+def environments(data: Mapping[str, Any]) -> list[str] | None:
+    """The REST list's environments (those of any flag), or ``None``: a data file holds one."""
+    items = data.get("items")
+    if not isinstance(items, list):
+        return None
+    found = {
+        name
+        for item in items
+        if isinstance(item, Mapping) and isinstance(item.get("environments"), Mapping)
+        for name in item["environments"]
+        if isinstance(name, str)
+    }
+    return sorted(found)
 
 
 BOOKKEEPING = frozenset({"lastModified", "version", "sel", "archived", "environmentName"})
+PerEnvironment = list[tuple[str, str | None, Mapping[str, Any]]]
+"""A flag in the relay's shape for each Vane environment it is set in, with the file's
+environment to name in a note or refusal (``None``: the flag's only one)."""
 
 
-def _from_api(items: list[Any], environment: str, notes: list[str]) -> dict[str, Any]:
-    """``GET /api/v2/flags/{project}?env=…``'s flags in the relay's shape: the environment's
-    setting lifted to the flag, variations' values with their names kept aside."""
+def _per_environment(ld: Mapping[str, Any], chosen: list[Target]) -> PerEnvironment:
+    if "_environments" in ld:  # from the REST list
+        return list(ld["_environments"])
+    return [(ours, None, ld) for _, ours in chosen]
+
+
+def _from_api(items: list[Any], chosen: list[Target], notes: list[str]) -> dict[str, Any]:
+    """``GET /api/v2/flags/{project}``'s flags in the relay's shape, one for each environment
+    imported: its setting lifted to the flag, variations' values with their names kept
+    aside. A flag not in an environment leaves its setting there as it is."""
     flags: dict[str, Any] = {}
+    several = len(chosen) > 1
     for item in items:
-        setting = (item.get("environments") or {}).get(environment)
-        if setting is None:
-            notes.append(f"flag {item.get('key')}: no environment {environment!r}, not imported")
+        settings = item.get("environments") or {}
+        lacking = [t for t, _ in chosen if settings.get(t) is None]
+        per: PerEnvironment = [
+            (ours, theirs if several else None, _lifted(item, settings[theirs]))
+            for theirs, ours in chosen
+            if theirs not in lacking
+        ]
+        named = " or ".join(repr(t) for t in lacking)
+        if not per:
+            notes.append(f"flag {item.get('key')}: no environment {named}, not imported")
             continue
-        variations = item.get("variations") or []
-        flags[item["key"]] = {
-            **{k: v for k, v in setting.items() if not k.startswith("_") and k not in BOOKKEEPING},
-            **{k: item[k] for k in ("name", "description", "tags", "temporary") if k in item},
-            "clientSideAvailability": item.get("clientSideAvailability") or {},
-            "variations": [v.get("value") for v in variations],
-            "_names": [v.get("name") for v in variations],
-        }
+        if lacking:
+            notes.append(f"flag {item.get('key')}: no environment {named} (left as it is there)")
+        flags[item["key"]] = {"_environments": per}
     return flags
+
+
+def _lifted(item: Mapping[str, Any], setting: Mapping[str, Any]) -> dict[str, Any]:
+    variations = item.get("variations") or []
+    return {
+        **{k: v for k, v in setting.items() if not k.startswith("_") and k not in BOOKKEEPING},
+        **{k: item[k] for k in ("name", "description", "tags", "temporary") if k in item},
+        "clientSideAvailability": item.get("clientSideAvailability") or {},
+        "variations": [v.get("value") for v in variations],
+        "_names": [v.get("name") for v in variations],
+    }
 
 
 def _items(
@@ -108,14 +155,9 @@ def _unknown(where: str, ld: Mapping[str, Any], known: frozenset[str], notes: li
     notes += [f"{where}: {name} (no Vane equivalent)" for name in sorted(set(ld) - known)]
 
 
-def _flag(
-    key: str, ld: Mapping[str, Any], environment: str, known: set[str], notes: list[str]
-) -> Json:
+def _flag(key: str, per: PerEnvironment, known: set[str], notes: list[str]) -> Json:
     where = f"flag {key}"
-    _unknown(where, ld, KNOWN_FLAG_FIELDS | frozenset(NO_EQUIVALENT), notes)
-    notes += [f"{where}: {name} (no Vane equivalent)" for name in NO_EQUIVALENT if ld.get(name)]
-    if ld.get("salt"):
-        notes.append(f"{where}: salt (Vane buckets with murmur3 by flag key, not SHA-1 and salt)")
+    ld = per[0][2]  # the flag's own fields are every environment's
     values = ld.get("variations")
     if not isinstance(values, list) or not values:
         raise Refused(where, "no variations")
@@ -124,6 +166,18 @@ def _flag(
         raise Refused(where, "boolean variations other than exactly true and false")
     count = len(values)
     available = ld.get("clientSideAvailability") or {}
+    settings = {}
+    for ours, theirs, setting in per:
+        here = where if theirs is None else f"{where} in {theirs}"
+        _unknown(here, setting, KNOWN_FLAG_FIELDS | frozenset(NO_EQUIVALENT), notes)
+        notes += [
+            f"{here}: {name} (no Vane equivalent)" for name in NO_EQUIVALENT if setting.get(name)
+        ]
+        if setting.get("salt"):
+            notes.append(
+                f"{here}: salt (Vane buckets with murmur3 by flag key, not SHA-1 and salt)"
+            )
+        settings[ours] = _setting(here, setting, count, known, notes)
     return {
         "key": key,
         "name": ld.get("name") or key,
@@ -136,7 +190,7 @@ def _flag(
             {"value": v, "idx": i, **({"name": n} if n else {})}
             for i, (v, n) in enumerate(zip(values, ld.get("_names") or [None] * count, strict=True))
         ],
-        "environments": {environment: _setting(where, ld, count, known, notes)},
+        "environments": settings,
     }
 
 

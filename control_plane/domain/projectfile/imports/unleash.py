@@ -1,6 +1,7 @@
 """Unleash's feature export (``features``, ``featureStrategies``, ``featureEnvironments``,
 ``segments``; the older state export's inline ``strategies`` and ``environments`` too) as a Vane
-project document for one environment.
+project document: each environment wanted into the Vane environment it is mapped to
+(``environments.targets``), a feature without data in one leaving its setting there as it is.
 
 An Unleash feature is on for a context when its environment is enabled and any of its
 strategies holds. Each becomes a boolean Vane flag (``true`` idx 0, ``false`` idx 1) whose rules
@@ -30,6 +31,7 @@ from control_plane.domain.projectfile.imports import (
     document,
     guarded,
 )
+from control_plane.domain.projectfile.imports.environments import Target, Wanted, targets
 
 OPERATORS = {
     "IN": ("in", False),
@@ -56,41 +58,64 @@ DISABLED: Json = {
 STICKINESS = {"default": "key", "userId": "key", "random": None}
 
 
-def convert(data: Mapping[str, Any], environment: str) -> Converted:
+def convert(data: Mapping[str, Any], wanted: Wanted | str) -> Converted:
     if not isinstance(data, Mapping) or not isinstance(data.get("features"), list):
         raise Refused("file", "not an Unleash export: no 'features' list")
     notes: list[str] = []
+    chosen = targets(environments(data), wanted, "this Unleash export (of one environment, inline)")
     segments = {
         s.get("id"): guarded(f"segment {s.get('name')}", _segment, s, notes)
         for s in _objects(data.get("segments"))
     }
-    strategies, enabled = guarded("file", _by_feature, data, environment)
+    by_environment = {theirs: guarded("file", _by_feature, data, theirs) for theirs, _ in chosen}
     flags = [
         guarded(
             f"feature {feature.get('name') if isinstance(feature, Mapping) else feature!r}",
             _flag,
             feature,
-            environment,
-            strategies,
-            enabled,
+            chosen,
+            by_environment,
             segments,
             notes,
         )
         for feature in data["features"]
         if not isinstance(feature, Mapping) or not feature.get("archived")
     ]
-    return Converted(document(flags, [s for s, _ in segments.values()]), notes)
+    found = [f for f in flags if f is not None]
+    return Converted(document(found, [s for s, _ in segments.values()]), notes, chosen)
+
+
+def environments(data: Mapping[str, Any]) -> list[str] | None:
+    """The environments the export names (of its strategies, features' states, inline
+    environments, its list of environments), or ``None`` where it names none: the oldest
+    export, one environment's, inline."""
+    named = [
+        *(s.get("environment") for s in _objects(data.get("featureStrategies"))),
+        *(e.get("environment") for e in _objects(data.get("featureEnvironments"))),
+        *(e.get("name") for e in _objects(data.get("environments"))),
+        *(
+            e.get("name")
+            for f in _objects(data.get("features"))
+            for e in _objects(f.get("environments"))
+        ),
+    ]
+    found = sorted({name for name in named if isinstance(name, str)})
+    return found or None
 
 
 def _objects(found: Any) -> list[Mapping[str, Any]]:
     return [s for s in found if isinstance(s, Mapping)] if isinstance(found, list) else []
 
 
-def _by_feature(
-    data: Mapping[str, Any], environment: str
-) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-    """The environment's strategies and state of each feature, by its name."""
+ByFeature = tuple[dict[str, list[Any]], dict[str, Any]]
+
+
+def _by_feature(data: Mapping[str, Any], environment: str | None) -> ByFeature:
+    """The environment's strategies and state of each feature, by its name (none for an export
+    of one environment, inline)."""
     strategies: dict[str, list[Any]] = {}
+    if environment is None:
+        return strategies, {}
     for strategy in data.get("featureStrategies") or []:
         if strategy.get("environment") == environment:
             strategies.setdefault(strategy.get("featureName"), []).append(strategy)
@@ -113,14 +138,13 @@ def _segment(ld: Mapping[str, Any], notes: list[str]) -> tuple[Json, str]:
 
 
 def _of_environment(
-    feature: Mapping[str, Any],
-    environment: str,
-    strategies: Mapping[str, list[Any]],
-    enabled: Mapping[str, Any],
-) -> tuple[bool, list[Any], list[Any]]:
+    feature: Mapping[str, Any], environment: str | None, by_feature: ByFeature
+) -> tuple[bool, list[Any], list[Any]] | None:
     """Whether the feature is enabled in the environment, its strategies and its variants,
-    from whichever shape of export holds them."""
+    from whichever shape of export holds them; ``None`` where the export has nothing of the
+    feature in that environment."""
     name = str(feature.get("name"))
+    strategies, enabled = by_feature
     for env in feature.get("environments") or []:  # the state export's inline environments
         if env.get("name") == environment:
             return bool(env.get("enabled")), env.get("strategies") or [], env.get("variants") or []
@@ -129,17 +153,21 @@ def _of_environment(
         return bool(env.get("enabled")), strategies.get(name, []), env.get("variants") or []
     if "strategies" in feature:  # the oldest: one environment, inline
         return bool(feature.get("enabled")), feature["strategies"], feature.get("variants") or []
-    return False, strategies.get(name, []), []
+    if environment is None:
+        return False, [], []
+    return (False, strategies[name], []) if name in strategies else None
 
 
 class _Variants:
     """A feature's variants as one flag's variations: ``disabled`` first (idx 0), then every
     variant of the environment and of its strategies, each once."""
 
-    def __init__(self, where: str, found: list[Any], strategies: list[Any]) -> None:
+    def __init__(
+        self, where: str, found: list[Any], strategies: list[Any], values: list[Json]
+    ) -> None:
         self.where = where
         self.feature = [v for v in found if isinstance(v, Mapping)]
-        self.values: list[Json] = [DISABLED]
+        self.values = values  # shared by the flag's environments: one list of variations
         for variant in [*self.feature, *(v for s in strategies for v in _own_variants(s))]:
             self.idx(variant)
 
@@ -225,59 +253,104 @@ def _weight(where: str, variant: Mapping[str, Any]) -> int:
     return weight
 
 
+class _Environment:
+    """A feature in one of the export's environments: its state, strategies and variants."""
+
+    def __init__(self, where: str, of: tuple[bool, list[Any], list[Any]], notes: list[str]):
+        self.where = where
+        self.on, self.found, self.variants = of
+        self.live = sorted(
+            (s for s in self.found if not s.get("disabled")), key=lambda s: s.get("sortOrder") or 0
+        )
+        if len(self.live) < len(self.found):
+            notes.append(f"{where}: disabled strategies (not imported)")
+        self.varied = bool(self.variants) or any(_own_variants(s) for s in self.live)
+
+    def may_be_on(self) -> bool:
+        return self.on and (bool(self.live) or not self.found)
+
+
 def _flag(
     feature: Mapping[str, Any],
-    environment: str,
-    strategies: Mapping[str, list[Any]],
-    enabled: Mapping[str, Any],
+    chosen: list[Target],
+    by_environment: Mapping[str | None, ByFeature],
     segments: Mapping[Any, tuple[Json, str]],
     notes: list[str],
-) -> Json:
+) -> Json | None:
     key = check_key("feature", feature.get("name"), notes)
     where = f"feature {feature.get('name')}"
-    on, found, variants = _of_environment(feature, environment, strategies, enabled)
     if feature.get("impressionData"):
         notes.append(f"{where}: impressionData (no Vane equivalent)")
-    live = sorted(
-        (s for s in found if not s.get("disabled")), key=lambda s: s.get("sortOrder") or 0
-    )
-    if len(live) < len(found):
-        notes.append(f"{where}: disabled strategies (not imported)")
-    chosen = (
-        _Variants(where, variants, live)
-        if variants or any(_own_variants(s) for s in live)
-        else None
-    )
-    off = OFF if chosen is None else 0
-    rules = _rules(where, live, segments, notes, chosen, off)
-    fallthrough: Json = {"variation": off}
-    if not found:  # no strategy: on for everyone, as the environment's state says
-        fallthrough = {"variation": ON} if chosen is None else chosen.serve(where, {}, 100)
-    for i, rule in enumerate(rules):
-        if not rule["clauses"]:  # holds for everyone: what follows never decides
-            fallthrough, rules = rule["serve"], rules[:i]
-            break
-    variations = (
-        [{"value": True, "idx": ON, "name": "on"}, {"value": False, "idx": OFF, "name": "off"}]
-        if chosen is None
-        else [{"value": v, "idx": i, "name": v["name"]} for i, v in enumerate(chosen.values)]
-    )
+    several = len(chosen) > 1 and chosen[0][0] is not None
+    present: dict[str, _Environment] = {}
+    for theirs, ours in chosen:
+        of = _of_environment(feature, theirs, by_environment[theirs])
+        if of is not None:
+            present[ours] = _Environment(
+                where if not several else f"{where} in {theirs}", of, notes
+            )
+    lacking = " or ".join(repr(t) for t, o in chosen if o not in present)
+    if not present:
+        notes.append(f"{where}: no environment {lacking}, not imported")
+        return None
+    if lacking:
+        notes.append(f"{where}: no environment {lacking} (left as it is there)")
+    values: list[Json] | None = None
+    if any(e.varied for e in present.values()):
+        values = [DISABLED]
+        _variants_everywhere(where, chosen, present)
+    settings = {ours: _setting(env, segments, notes, values) for ours, env in present.items()}
     return {
         "key": key,
         "name": key,
         "description": str(feature.get("description") or ""),
-        "type": "boolean" if chosen is None else "json",
+        "type": "boolean" if values is None else "json",
         "temporary": feature.get("type", "release") in ("release", "experiment"),
-        "variations": variations,
-        "environments": {
-            environment: {
-                "enabled": on,
-                "offVariation": off,
-                "fallthrough": fallthrough,
-                "rules": rules,
-            }
-        },
+        "variations": (
+            [{"value": True, "idx": ON, "name": "on"}, {"value": False, "idx": OFF, "name": "off"}]
+            if values is None
+            else [{"value": v, "idx": i, "name": v["name"]} for i, v in enumerate(values)]
+        ),
+        "environments": settings,
     }
+
+
+def _variants_everywhere(
+    where: str, chosen: list[Target], present: Mapping[str, _Environment]
+) -> None:
+    """A feature with variants is a ``json`` flag in every environment: refused where it has
+    none and may be on (Unleash's ``isEnabled`` would say so, its ``getVariant`` "disabled")."""
+    with_them = [t for t, o in chosen if o in present and present[o].varied]
+    for theirs, ours in chosen:
+        if ours in present and not present[ours].varied and present[ours].may_be_on():
+            raise Refused(
+                where,
+                f"variants in {with_them[0]} but none in {theirs}, where it is on (a Vane flag "
+                "has one type: give it variants there too, or leave that environment out)",
+            )
+
+
+def _setting(
+    env: _Environment,
+    segments: Mapping[Any, tuple[Json, str]],
+    notes: list[str],
+    values: list[Json] | None,
+) -> Json:
+    """The feature's setting in one environment: its strategies as rules, and what is served
+    where none holds; a ``json`` flag without variants here serves ``disabled``."""
+    if values is not None and not env.varied:  # never on here: getVariant is "disabled"
+        return {"enabled": env.on, "offVariation": 0, "fallthrough": {"variation": 0}, "rules": []}
+    chosen = None if values is None else _Variants(env.where, env.variants, env.live, values)
+    off = OFF if chosen is None else 0
+    rules = _rules(env.where, env.live, segments, notes, chosen, off)
+    fallthrough: Json = {"variation": off}
+    if not env.found:  # no strategy: on for everyone, as the environment's state says
+        fallthrough = {"variation": ON} if chosen is None else chosen.serve(env.where, {}, 100)
+    for i, rule in enumerate(rules):
+        if not rule["clauses"]:  # holds for everyone: what follows never decides
+            fallthrough, rules = rule["serve"], rules[:i]
+            break
+    return {"enabled": env.on, "offVariation": off, "fallthrough": fallthrough, "rules": rules}
 
 
 def _rules(
