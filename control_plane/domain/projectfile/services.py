@@ -52,13 +52,14 @@ def named(where: str) -> Iterator[None]:
 async def _execute(scope: Scope, planner: Planner) -> None:
     ordered = sorted(planner.steps, key=lambda x: (x.phase, x.order))
     unit, phase = Unit(scope, (step.run for step in ordered)), None
-    for step in ordered:
-        if step.phase != phase:
-            await _close(unit)
-            phase = step.phase
-        with named(step.where):
-            await step.run(unit)
-    await _close(unit)
+    with unit.audits_kept():
+        for step in ordered:
+            if step.phase != phase:
+                await _close(unit)
+                phase = step.phase
+            with named(step.where):
+                await step.run(unit)
+        await _close(unit)
 
 
 async def _close(unit: Unit) -> None:
