@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from sqlalchemy import ColumnElement, select, text, update
+from sqlalchemy import ColumnElement, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -68,6 +68,8 @@ class Hooks:
 
     audited: Callable[[AsyncSession, AuditEntry], None]
     announced: Callable[[AsyncSession, str, str, Any], None]  # session, project, type, data
+    # many audited changes at once (``Scope.write_audits``): their entries' rows, written
+    audited_rows: Callable[[AsyncSession, str, list[dict[str, Any]]], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -98,6 +100,9 @@ class Scope:
     # a rehearsal of writes that is rolled back (a project document's plan): each write is
     # checked as when made, and no audit entry is made for what is never kept
     rehearsal: bool = field(default=False, init=False)
+    # the audit entries of many writes, kept to be written together (``write_audits``: a
+    # project document's apply); none: each is added to the session as it is made
+    batch: list[dict[str, Any]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.change = Change(self.project_id)
@@ -160,21 +165,34 @@ class Scope:
             )
         if self.rehearsal:
             return
-        entry = AuditEntry(
-            id=new_id("aud"),
-            project_id=self.project_id,
-            actor_key_id=self.actor.key_id,
-            actor_user_id=self.actor.user_id,
-            actor=self.actor.label,
-            action=action,
-            resource_type=resource_type,
-            resource_key=resource_key,
-            environment=environment,
-            before=to_json(before),
-            after=self._with_request(to_json(after)),
-        )
+        row = {
+            "id": new_id("aud"),
+            "project_id": self.project_id,
+            "actor_key_id": self.actor.key_id,
+            "actor_user_id": self.actor.user_id,
+            "actor": self.actor.label,
+            "action": action,
+            "resource_type": resource_type,
+            "resource_key": resource_key,
+            "environment": environment,
+            "before": to_json(before),
+            "after": self._with_request(to_json(after)),
+        }
+        if self.batch is not None:
+            self.batch.append(row)
+            return
+        entry = AuditEntry(**row)
         self.session.add(entry)
         self.hooks.audited(self.session, entry)
+
+    async def write_audits(self) -> None:
+        """Write the audit entries kept so far (``batch``), in one statement, and hand them to
+        the hooks (their webhook events, in one more)."""
+        if not self.batch:
+            return
+        rows, self.batch = self.batch, []
+        await self.session.execute(insert(AuditEntry), rows)
+        await self.hooks.audited_rows(self.session, self.project_id, rows)
 
     def _with_request(self, after: Any) -> Any:
         if self.source is not None and isinstance(after, dict | None):

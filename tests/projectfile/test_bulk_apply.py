@@ -10,8 +10,11 @@ from typing import Any
 from tests.benchmarks.bench_projectfile import ENVIRONMENTS, document
 from tests.conftest import Api
 from tests.projectfile.conftest import apply, export, ok, plan
+from tests.webhooks.conftest import eventually, hooks_app
+from tests.webhooks.receiver import receiving
 
 FLAGS = 200
+SECRET = "whsec_test_0123456789abcdef"
 
 
 def snapshot_versions(api: Api) -> dict[str, int]:
@@ -69,3 +72,21 @@ def test_a_bad_flag_among_hundreds_refuses_the_document(api: Api) -> None:
     fields = [d["field"] for d in refused.json()["error"]["details"]]
     assert fields == ["flags[150].environments.staging.rules[0].serve.variation"]
     assert (snapshot_versions(api), export(api)) == before
+
+
+def test_an_apply_is_sent_to_the_webhooks_as_each_write_of_the_api_is(database_url: str) -> None:
+    """The audit entries of an apply are written together, and so are their webhook events
+    (none while the project has no webhook: the dispatcher would drop them)."""
+    with hooks_app(database_url) as api, receiving(SECRET) as receiver:
+        made = api.post("/webhooks", {"url": receiver.url, "events": ["flag.*"], "secret": SECRET})
+        assert made.status_code == 201, made.text
+        doc = document(3)
+        apply(api, doc, fileName="flags.yaml")
+        wanted = ["flag.created"] * 3 + ["flag.updated"] * 3 * 2 * len(ENVIRONMENTS)
+        eventually(lambda: receiver.types() == sorted(wanted), what="the apply's events")
+        sent = receiver.unique().values()
+        audit_ids = {e["id"] for e in audit_entries(api)}
+        assert {p["data"]["auditId"] for p in sent} <= audit_ids
+        assert all(p["data"]["after"]["appliedFrom"] == "flags.yaml" for p in sent)
+        created = sorted(p["data"]["resource"]["key"] for p in sent if p["type"] == "flag.created")
+        assert created == [f["key"] for f in doc["flags"]]

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import msgspec
 from sqlalchemy import ColumnElement, Select, and_, delete, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm.attributes import flag_modified
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -654,6 +655,9 @@ async def _expect_setting(scope: Scope, setting: FlagSetting) -> None:
 
 
 CHUNK = 500  # keys per ``IN (...)`` of a bulk read
+WRITTEN = ("enabled", "off_variation", "fallthrough", "rules", "targets", "prerequisites")
+"""A setting's columns a bulk write sends, changed or not: the ORM makes one UPDATE of the rows
+that change the same columns, so many settings changing different ones would each be a statement."""
 
 
 class SettingsWriter:
@@ -839,6 +843,8 @@ class SettingsWriter:
             return await _save_setting(self.scope, flag, self.env, setting)
         setting.version += 1
         setting.updated_at = utcnow()
+        for column in WRITTEN:  # every setting's UPDATE alike: one executemany at ``close``
+            flag_modified(setting, column)
         self.graph[flag.key] = [p["key"] for p in setting.prerequisites]
         self.written.append(flag.key)
         return settings_out(flag, self.env.key, setting)

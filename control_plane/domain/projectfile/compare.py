@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from control_plane.domain.flags.schemas import ClauseIn, RuleIn, ServeIn
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile.export import plain
@@ -75,7 +77,7 @@ def _variations(given: s.FlagDoc, live: s.FlagDoc | None) -> list[dict[str, Any]
 
 def flag(given: s.FlagDoc, live: s.FlagDoc | None) -> dict[str, Any]:
     """The flag's own fields (its settings are compared one environment at a time)."""
-    out: dict[str, Any] = _plain(given)
+    out: dict[str, Any] = _plain(msgspec.structs.replace(given, environments={}))
     del out["environments"]
     out["name"] = given.name if given.name is not None else given.key
     out["tags"] = list(dict.fromkeys(given.tags))

@@ -18,6 +18,7 @@ from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile import services
+from control_plane.domain.projectfile.collector import collector_paused
 from control_plane.domain.projectfile.export import document_builtins
 from control_plane.errors import ApiError, FieldError, StrictBody
 
@@ -35,7 +36,8 @@ class DocumentBody(StrictBody[T]):
 
     def decode_bytes(self, value: bytes) -> Any:
         try:
-            return super().decode_bytes(value)
+            with collector_paused():
+                return super().decode_bytes(value)
         except ApiError as exc:
             if exc.status != 422:
                 raise

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
 import msgspec
-from sqlalchemy import select
+import msgspec.inspect as mi
+from sqlalchemy import Row, select
 
 from control_plane.db.models import Environment, Flag, FlagSetting, Metric, Segment
 from control_plane.domain.common import Scope, to_json
@@ -50,11 +52,7 @@ def plain(value: Any) -> Any:
     """Structs as plain JSON values, an optional field that is none left out; values (a
     variation's, a clause's) kept exactly, nulls inside them too."""
     if isinstance(value, msgspec.Struct):
-        return {
-            encoded: plain(getattr(value, name))
-            for name, encoded, optional in _fields(type(value))
-            if not (optional and getattr(value, name) is None)
-        }
+        return _struct(type(value))(value)
     if isinstance(value, list):
         return [plain(v) for v in value]
     if isinstance(value, dict):
@@ -62,11 +60,52 @@ def plain(value: Any) -> Any:
     return msgspec.to_builtins(value)
 
 
+Convert = Callable[[Any], Any]
+SCALARS = (mi.StrType, mi.IntType, mi.FloatType, mi.BoolType, mi.NoneType, mi.LiteralType)
+BUILTIN = frozenset((str, int, float, bool, type(None)))
+
+
+def _value(value: Any) -> Any:
+    """A JSON scalar as it is (what ``msgspec.to_builtins`` answers for it), anything else
+    through ``plain``."""
+    return value if type(value) in BUILTIN else plain(value)
+
+
+def _scalar(kind: mi.Type) -> bool:
+    if isinstance(kind, mi.UnionType):
+        return all(_scalar(t) for t in kind.types)
+    return isinstance(kind, (*SCALARS, mi.AnyType))
+
+
+def _converter(kind: mi.Type) -> Convert:
+    """``plain`` of a field of type ``kind``, without asking at every value of a scalar or a
+    list what it is (a plan turns each of a document's many flags into plain values twice)."""
+    if _scalar(kind):
+        return _value
+    if isinstance(kind, mi.ListType) and _scalar(kind.item_type):
+        return lambda value: [_value(v) for v in value] if type(value) is list else plain(value)
+    return plain
+
+
 @cache
-def _fields(kind: type[msgspec.Struct]) -> tuple[tuple[str, str, bool], ...]:
-    """A struct's fields (name, JSON name, whether none is its default), read once per type:
-    ``msgspec.structs.fields`` evaluates the annotations at every call."""
-    return tuple((f.name, f.encode_name, f.default is None) for f in msgspec.structs.fields(kind))
+def _struct(kind: type[msgspec.Struct]) -> Convert:
+    """``plain`` of a struct of type ``kind``: its fields (name, JSON name, whether none is its
+    default, how its value converts) read once per type."""
+    info = mi.type_info(kind)
+    assert isinstance(info, mi.StructType)
+    fields = tuple(
+        (f.name, f.encode_name, f.default is None, _converter(f.type)) for f in info.fields
+    )
+
+    def convert(value: Any) -> dict[str, Any]:
+        out = {}
+        for name, encoded, optional, field_value in fields:
+            got = getattr(value, name)
+            if not (optional and got is None):
+                out[encoded] = field_value(got)
+        return out
+
+    return convert
 
 
 def document_builtins(doc: s.ProjectDoc) -> dict[str, Any]:
@@ -84,7 +123,34 @@ def _environment(env: Environment) -> s.EnvironmentDoc:
     )
 
 
-def _rules(setting: FlagSetting) -> list[RuleIn]:
+SETTING_COLUMNS = (
+    FlagSetting.environment_id,
+    FlagSetting.version,
+    FlagSetting.enabled,
+    FlagSetting.off_variation,
+    FlagSetting.fallthrough,
+    FlagSetting.targets,
+    FlagSetting.prerequisites,
+    FlagSetting.rules,
+)
+FLAG_COLUMNS = (
+    Flag.key,
+    Flag.name,
+    Flag.description,
+    Flag.type,
+    Flag.variations,
+    Flag.temporary,
+    Flag.bucket_by,
+    Flag.tags,
+    Flag.client_side,
+    Flag.archived,
+    Flag.version,
+)
+"""What the document says of a flag and its settings, read as columns (many thousand flags: no
+entity is built for a row that is only read)."""
+
+
+def _rules(setting: Row[Any]) -> list[RuleIn]:
     return [
         RuleIn(
             id=rule.id,
@@ -96,7 +162,7 @@ def _rules(setting: FlagSetting) -> list[RuleIn]:
     ]
 
 
-def setting_doc(setting: FlagSetting) -> s.FlagEnvironmentDoc:
+def setting_doc(setting: Row[Any]) -> s.FlagEnvironmentDoc:
     return s.FlagEnvironmentDoc(
         enabled=setting.enabled,
         off_variation=setting.off_variation,
@@ -107,12 +173,12 @@ def setting_doc(setting: FlagSetting) -> s.FlagEnvironmentDoc:
     )
 
 
-def _flag(flag: Flag, settings: dict[str, s.FlagEnvironmentDoc]) -> s.FlagDoc:
+def _flag(flag: Row[Any], settings: dict[str, s.FlagEnvironmentDoc]) -> s.FlagDoc:
     return s.FlagDoc(
         key=flag.key,
         name=flag.name,
         description=flag.description,
-        type=flag.type,  # type: ignore[arg-type]  # stored from FlagType
+        type=flag.type,  # a column: stored from FlagType
         variations=[
             VariationIn(idx=x["idx"], value=x["value"], name=x.get("name", ""))
             for x in sorted(flag.variations, key=lambda x: int(x["idx"]))
@@ -140,7 +206,7 @@ def _segment(row: Segment) -> s.SegmentDoc:
     )
 
 
-def _segments_used(setting: FlagSetting) -> set[str]:
+def _segments_used(setting: Row[Any]) -> set[str]:
     return {
         str(key)
         for rule in setting.rules
@@ -153,11 +219,12 @@ def _segments_used(setting: FlagSetting) -> set[str]:
 async def _settings(scope: Scope, live: Live, env_keys: dict[str, str]) -> dict[str, Any]:
     by_flag: dict[str, dict[str, s.FlagEnvironmentDoc]] = {}
     rows = await scope.session.execute(
-        select(FlagSetting, Flag.key)
+        select(Flag.key.label("flag_key"), *SETTING_COLUMNS)
         .join(Flag, Flag.id == FlagSetting.flag_id)
         .where(Flag.project_id == scope.project_id)
     )
-    for setting, flag_key in rows:
+    for setting in rows:
+        flag_key = setting.flag_key
         env_key = env_keys[setting.environment_id]
         by_flag.setdefault(flag_key, {})[env_key] = setting_doc(setting)
         live.versions[f"setting:{flag_key}/{env_key}"] = setting.version
@@ -197,8 +264,8 @@ async def read_live(scope: Scope) -> Live:
     for row in segments:
         live.doc.segments.append(_segment(row))
         live.versions[f"segment:{row.key}"] = row.version
-    flags = await scope.session.scalars(
-        select(Flag).where(Flag.project_id == scope.project_id).order_by(Flag.key)
+    flags = await scope.session.execute(
+        select(*FLAG_COLUMNS).where(Flag.project_id == scope.project_id).order_by(Flag.key)
     )
     for flag in flags:
         live.doc.flags.append(_flag(flag, settings.get(flag.key, {})))

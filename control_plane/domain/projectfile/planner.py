@@ -195,10 +195,13 @@ def _setting(
     p: Planner, i: int, given: s.FlagDoc, before: s.FlagDoc | None, env: str, order: int
 ) -> None:
     live = before.environments.get(env) if before is not None else None
+    key = f"{given.key}/{env}"
+    if live is not None and given.environments[env] == live:  # as live, field for field
+        p.unchanged.append(f"setting {key}")
+        return
     after = compare.setting(given.environments[env], live)
     old = compare.setting(live, live) if live is not None else {}
     changes = compare.diff(old, after)
-    key = f"{given.key}/{env}"
     if not changes:
         p.unchanged.append(f"setting {key}")
         return

@@ -5,7 +5,8 @@ the project read once and the rows flushed and published together."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -51,14 +52,25 @@ class Unit:
             self._writers[env] = await flags.SettingsWriter.open(self.scope, env, reads)
         return self._writers[env]
 
+    @contextmanager
+    def audits_kept(self) -> Iterator[None]:
+        """Meanwhile the audit entries of the unit's writes are kept and written together by
+        each ``close`` (``Scope.write_audits``: a statement a phase, not a row object each)."""
+        self.scope.batch = []
+        try:
+            yield
+        finally:
+            self.scope.batch = None
+
     async def close(self) -> None:
-        """Flush and publish what the open writers hold."""
+        """Flush and publish what the open writers hold, and write the audit entries kept."""
         if self._creator is not None:
             await self._creator.close()
             self._creator = None
         for writer in self._writers.values():
             await writer.close()
         self._writers = {}
+        await self.scope.write_audits()
 
 
 Run = Callable[[Unit], Awaitable[Any]]

@@ -13,11 +13,11 @@ import fnmatch
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import exists, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from control_plane.db.ids import new_id
-from control_plane.db.models import AuditEntry, OutboxEvent, WebhookDelivery
+from control_plane.db.models import AuditEntry, OutboxEvent, Webhook, WebhookDelivery
 from control_plane.domain.common import Hooks
 
 AUDIT_TO_WEBHOOK: dict[str, str] = {
@@ -151,27 +151,59 @@ def emit(session: AsyncSession, project_id: str, event_type: str, data: Any) -> 
     session.add(OutboxEvent(id=new_id("evt"), project_id=project_id, type=event_type, data=data))
 
 
+def _audited_event(entry: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The webhook event of an audited change (its type and data), if its action has one."""
+    event_type = AUDIT_TO_WEBHOOK.get(entry["action"])
+    if event_type is None:
+        return None
+    return event_type, {
+        "action": entry["action"],
+        "resource": {"type": entry["resource_type"], "key": entry["resource_key"]},
+        "environment": entry["environment"],
+        "actor": entry["actor"],
+        "auditId": entry["id"],
+        "before": entry["before"],
+        "after": entry["after"],
+    }
+
+
+AUDITED = (  # the audit entry's columns its event says
+    "id",
+    "action",
+    "resource_type",
+    "resource_key",
+    "environment",
+    "actor",
+    "before",
+    "after",
+)
+
+
 def emit_audited(session: AsyncSession, entry: AuditEntry) -> None:
     """The webhook event of an audited change, if its action has one."""
-    event_type = AUDIT_TO_WEBHOOK.get(entry.action)
-    if event_type is None:
+    event = _audited_event({column: getattr(entry, column) for column in AUDITED})
+    if event is not None:
+        emit(session, entry.project_id, *event)
+
+
+async def emit_audited_rows(
+    session: AsyncSession, project_id: str, entries: list[dict[str, Any]]
+) -> None:
+    """The webhook events of many audited changes (``Scope.write_audits``), in one statement.
+    None while the project has no webhook: the dispatcher sends an event only to webhooks that
+    existed when it was written (``dispatcher.fan_out``), so it would drop every one of them
+    (a project's writes are serialised, so no webhook can be added meanwhile)."""
+    if not await session.scalar(select(exists().where(Webhook.project_id == project_id))):
         return
-    emit(
-        session,
-        entry.project_id,
-        event_type,
-        {
-            "action": entry.action,
-            "resource": {"type": entry.resource_type, "key": entry.resource_key},
-            "environment": entry.environment,
-            "actor": entry.actor,
-            "auditId": entry.id,
-            "before": entry.before,
-            "after": entry.after,
-        },
-    )
+    rows = [
+        {"id": new_id("evt"), "project_id": project_id, "type": event[0], "data": event[1]}
+        for event in map(_audited_event, entries)
+        if event is not None
+    ]
+    if rows:
+        await session.execute(insert(OutboxEvent), rows)
 
 
-OUTBOX = Hooks(audited=emit_audited, announced=emit)
+OUTBOX = Hooks(audited=emit_audited, announced=emit, audited_rows=emit_audited_rows)
 """The hooks every unit of work is given (``Scope.hooks``): audited changes and announcements
 become outbox rows in the same transaction."""
