@@ -58,8 +58,10 @@ class ExposureReporter(Protocol):
     ) -> None: ...
 
 
-class Browser:
-    """The gate and shared services of the ``pk_`` endpoints."""
+class Gate:
+    """The gate of the relay's client endpoints and what they share: it admits public keys
+    (``pk_``, browsers), and server keys bound to the environment where a route admits
+    backends (``admit(..., backends=True)``: OFREP, the SDK's flags, assignments)."""
 
     def __init__(self, store: Store, settings: RelaySettings, metrics: RelayMetrics) -> None:
         self.store = store

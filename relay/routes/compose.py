@@ -7,19 +7,19 @@ from collections.abc import Callable, Iterable
 from relay.http import HttpApp, Router
 from relay.prometheus import RelayMetrics
 from relay.routes import events, experiments, feed, ofrep, ops, sdk, sse, tracker
-from relay.routes.admission import Browser
+from relay.routes.admission import Gate
 from relay.settings import RelaySettings
 from relay.spool import Spool
 from relay.store import Store
 
-RouteRegistrar = Callable[[Router, Browser], None]
+RouteRegistrar = Callable[[Router, Gate], None]
 """Adds routes of another part of the relay (experiments, browser events, the tracker script).
 
-It gets the router and the ``Browser`` gate, so a ``pk_`` endpoint registered with ``cors=True``
+It gets the router and the ``Gate`` gate, so a ``pk_`` endpoint registered with ``cors=True``
 is admitted (key, origin, rate limit, body cap, state) exactly like the flag endpoints::
 
     async def experiments(request: Request) -> Response:
-        admitted = await browser.admit(request, vane_error_body)
+        admitted = await gate.admit(request, vane_error_body)
         if not isinstance(admitted, Admission):
             return admitted
         ...
@@ -45,14 +45,14 @@ def build_http_app(
     adds routes of the caller's own (tests).
     """
     router = Router()
-    browser = Browser(store, settings, metrics)
+    gate = Gate(store, settings, metrics)
     ops.register(router, store, metrics)
-    sdk.register(router, browser)
-    tracker.register(router, browser)
-    streams = sse.EventStreams(browser, keepalive_s=sse_keepalive_s)
-    ofrep.register(router, browser, streams)
+    sdk.register(router, gate)
+    tracker.register(router, gate)
+    streams = sse.EventStreams(gate, keepalive_s=sse_keepalive_s)
+    ofrep.register(router, gate, streams)
     streams.register(router)
-    feed.SnapshotFeed(browser, streams.hub).register(router)
+    feed.SnapshotFeed(gate, streams.hub).register(router)
     metrics.register_gauge_callback(
         "sse_streams", "Open OFREP event streams.", streams.hub.open_streams
     )
@@ -73,8 +73,8 @@ def build_http_app(
         },
     )
     if spool is not None:
-        events.register(router, browser, spool)
-        experiments.register(router, browser, spool)
+        events.register(router, gate, spool)
+        experiments.register(router, gate, spool)
     for register in extra_routes:
-        register(router, browser)
+        register(router, gate)
     return HttpApp(router, metrics.count_request, on_stop=[streams.hub.close_all])

@@ -34,7 +34,7 @@ from relay.http import (
     vane_error,
     vane_error_body,
 )
-from relay.routes.admission import Admission, Browser
+from relay.routes.admission import Admission, Gate
 from relay.routes.callers import bearer_token, unknown_key
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
@@ -52,10 +52,10 @@ BACKENDS: dict[str, events.Source] = {"server": "server", "management": "managem
 
 
 class EventIntake:
-    def __init__(self, spool: Spool, browser: Browser) -> None:
+    def __init__(self, spool: Spool, gate: Gate) -> None:
         self.spool = spool
-        self.browser = browser
-        self.store = browser.store
+        self.gate = gate
+        self.store = gate.store
         self._ids = events.EventIds("rly")
 
     def register(self, router: Router) -> None:
@@ -117,7 +117,7 @@ class EventIntake:
         if sender == "server" and request.headers.get(b"origin") is not None:
             return Response(403, vane_error_body(403, SERVER_KEY_FROM_PAGE), [CONTENT_JSON])
         # a backend's events travel upstream under the relay's key: its own limit is kept here
-        limited = self.browser.rates.check(caller.key.id, None, vane_error_body)
+        limited = self.gate.rates.check(caller.key.id, None, vane_error_body)
         if limited is not None:
             return limited
         return sender, caller.key.private_attributes
@@ -161,7 +161,7 @@ class EventIntake:
         return await self._accept(raw, *backend, [CONTENT_JSON])
 
     async def browser_events(self, request: Request) -> Response:
-        admitted = await self.browser.admit(request, vane_error_body)
+        admitted = await self.gate.admit(request, vane_error_body)
         if not isinstance(admitted, Admission):
             return admitted
         private = admitted.caller.key.private_attributes
@@ -238,20 +238,20 @@ def invalid(problems: list[events.Problem], headers: list[tuple[bytes, bytes]]) 
     return Response(422, body_, headers)
 
 
-def register(router: Router, browser: Browser, spool: Spool) -> None:
+def register(router: Router, gate: Gate, spool: Spool) -> None:
     """Event intake, and the spool's gauges."""
-    EventIntake(spool, browser).register(router)
-    browser.metrics.register_gauge_callback(
+    EventIntake(spool, gate).register(router)
+    gate.metrics.register_gauge_callback(
         "event_spool_events",
         "Events spooled and not yet forwarded.",
         lambda: spool.pending_events,
     )
-    browser.metrics.register_gauge_callback(
+    gate.metrics.register_gauge_callback(
         "event_spool_bytes",
         "Bytes of the spool not yet forwarded.",
         lambda: spool.pending_bytes,
     )
-    browser.metrics.register_gauge_callback(
+    gate.metrics.register_gauge_callback(
         "events_forwarded",
         "Events forwarded upstream since start.",
         lambda: spool.forwarded_events,

@@ -44,7 +44,7 @@ from typing import Any
 import msgspec
 
 from relay.http import Request, Response, Router, vane_error_body
-from relay.routes.admission import Admission, Browser
+from relay.routes.admission import Admission, Gate
 from relay.routes.events import invalid, malformed
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
@@ -119,15 +119,15 @@ def render(experiment: ExperimentSnapshot, variant_index: int) -> dict[str, Any]
 
 
 class ExperimentRoutes:
-    def __init__(self, spool: Spool, browser: Browser) -> None:
+    def __init__(self, spool: Spool, gate: Gate) -> None:
         self.spool = spool
-        self.browser = browser
+        self.gate = gate
         self.seen = Seen()
 
     async def _admit(
         self, request: Request, *, backends: bool
     ) -> tuple[Admission, _Body] | Response:
-        admitted = await self.browser.admit(request, vane_error_body, backends=backends)
+        admitted = await self.gate.admit(request, vane_error_body, backends=backends)
         if not isinstance(admitted, Admission):
             return admitted
         headers = admitted.headers
@@ -360,9 +360,9 @@ class FlagExposures:
             self.seen.forget(str(e["eventId"]) for e in events)
 
 
-def register(router: Router, browser: Browser, spool: Spool) -> None:
+def register(router: Router, gate: Gate, spool: Spool) -> None:
     """Experiment assignment for pages and backends, and flag exposures reported to the spool."""
-    routes = ExperimentRoutes(spool, browser)
+    routes = ExperimentRoutes(spool, gate)
     router.add("POST", "/sdk/v1/experiments", routes.page, cors=True)
     router.add("POST", "/sdk/v1/experiments/{key}/assign", routes.assign, cors=True)
-    browser.exposures = FlagExposures(spool)
+    gate.exposures = FlagExposures(spool)

@@ -23,7 +23,7 @@ import contextlib
 import msgspec
 
 from relay.http import Request, Response, Router, Send, vane_error_body
-from relay.routes.admission import Browser
+from relay.routes.admission import Gate
 from relay.routes.callers import bearer_token, unknown_key
 from relay.routes.sse import Change, ChangeHub, DisconnectWatch, Subscription, follow
 from relay.store import EnvironmentState
@@ -55,9 +55,9 @@ def current_event(state: EnvironmentState) -> bytes:
 
 
 class SnapshotFeed:
-    def __init__(self, browser: Browser, hub: ChangeHub) -> None:
-        self.browser = browser
-        self.store = browser.store
+    def __init__(self, gate: Gate, hub: ChangeHub) -> None:
+        self.gate = gate
+        self.store = gate.store
         self.hub = hub  # its one timer wakes every stream with a keep-alive
         # per environment, the last state's patch event as (state, version it follows, event):
         # every stream sends the same bytes, encoded once per change rather than per stream
@@ -78,7 +78,7 @@ class SnapshotFeed:
         if caller.key.kind != "server":
             message = "the snapshot feed needs a server key (ssk_) bound to an environment"
             return Response(403, vane_error_body(403, message))
-        refused = self.browser.check_server_key(
+        refused = self.gate.check_server_key(
             caller.key, request.headers.get(b"origin"), vane_error_body
         )
         if refused is not None:

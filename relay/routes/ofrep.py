@@ -24,7 +24,7 @@ import time
 
 from relay.http import Request, Response, Router, json_encode, ofrep_error_body
 from relay.routes import evaluation
-from relay.routes.admission import Admission, Browser
+from relay.routes.admission import Admission, Gate
 from relay.routes.contexts import ContextError, parse_context, targeting_key_problem
 from relay.routes.sse import EventStreams
 from shared.engine import ofrep_error_code
@@ -33,8 +33,8 @@ BULK_PATH = "/ofrep/v1/evaluate/flags"
 SINGLE_PATH = "/ofrep/v1/evaluate/flags/{key}"
 
 
-def register(router: Router, browser: Browser, streams: EventStreams) -> None:
-    routes = OfrepRoutes(browser, streams)
+def register(router: Router, gate: Gate, streams: EventStreams) -> None:
+    routes = OfrepRoutes(gate, streams)
     router.add("POST", BULK_PATH, routes.bulk, error_body=ofrep_error_body, cors=True)
     router.add("POST", SINGLE_PATH, routes.single, error_body=ofrep_error_body, cors=True)
 
@@ -57,13 +57,13 @@ def etag_matches(if_none_match: bytes, etag: bytes) -> bool:
 
 
 class OfrepRoutes:
-    def __init__(self, browser: Browser, streams: EventStreams) -> None:
-        self.browser = browser
+    def __init__(self, gate: Gate, streams: EventStreams) -> None:
+        self.gate = gate
         self.streams = streams
-        self.metrics = browser.metrics
+        self.metrics = gate.metrics
 
     async def bulk(self, request: Request) -> Response:
-        admitted = await self.browser.admit(request, ofrep_error_body, backends=True)
+        admitted = await self.gate.admit(request, ofrep_error_body, backends=True)
         if not isinstance(admitted, Admission):
             return admitted
         headers = admitted.headers
@@ -98,7 +98,7 @@ class OfrepRoutes:
         )
         parts = view.ofrep_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))
-        self.browser.evaluated(state, context, evaluations)
+        self.gate.evaluated(state, context, evaluations)
         streams = (
             b"[]"  # a backend polls with If-None-Match; event streams are for pages
             if admitted.trusted
@@ -119,7 +119,7 @@ class OfrepRoutes:
 
     async def single(self, request: Request) -> Response:
         key = request.param or ""
-        admitted = await self.browser.admit(request, ofrep_error_body, backends=True)
+        admitted = await self.gate.admit(request, ofrep_error_body, backends=True)
         if not isinstance(admitted, Admission):
             return admitted
         headers = admitted.headers
@@ -141,7 +141,7 @@ class OfrepRoutes:
         now_ms = time.time_ns() // 1_000_000
         result = await evaluation.one_flag(state, key, context, now_ms, len(raw))
         self.metrics.count_evaluations(state.environment, 1)
-        self.browser.evaluated(state, context, {key: result})
+        self.gate.evaluated(state, context, {key: result})
         error = ofrep_error_code(result)
         if error is None:
             return Response(200, admitted.view.ofrep_item(key, result), headers)

@@ -16,22 +16,22 @@ import time
 
 from relay.http import Request, Response, Router, vane_error, vane_error_body
 from relay.routes import evaluation
-from relay.routes.admission import Admission, Browser
+from relay.routes.admission import Admission, Gate
 from relay.routes.contexts import ContextError, parse_context
 
 
-def register(router: Router, browser: Browser) -> None:
-    routes = SdkRoutes(browser)
+def register(router: Router, gate: Gate) -> None:
+    routes = SdkRoutes(gate)
     router.add("POST", "/sdk/v1/flags", routes.flags, cors=True)
 
 
 class SdkRoutes:
-    def __init__(self, browser: Browser) -> None:
-        self.browser = browser
-        self.metrics = browser.metrics
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+        self.metrics = gate.metrics
 
     async def flags(self, request: Request) -> Response:
-        admitted = await self.browser.admit(request, vane_error_body, backends=True)
+        admitted = await self.gate.admit(request, vane_error_body, backends=True)
         if not isinstance(admitted, Admission):
             return admitted
         headers = admitted.headers
@@ -50,5 +50,5 @@ class SdkRoutes:
         )
         parts = view.sdk_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))
-        self.browser.evaluated(state, context, evaluations)
+        self.gate.evaluated(state, context, evaluations)
         return Response(200, b'{"flags":{' + b",".join(parts) + b"}}", headers)

@@ -44,7 +44,7 @@ from relay.http import (
     json_encode,
     ofrep_error_body,
 )
-from relay.routes.admission import Browser
+from relay.routes.admission import Gate
 from relay.routes.callers import origin_allowed
 from relay.store import EnvironmentState, Store
 
@@ -310,13 +310,13 @@ def _error(status: int, message: str, origin: bytes | None) -> Response:
 class EventStreams:
     """The event-stream endpoint and the ``eventStreams`` entries that point at it."""
 
-    def __init__(self, browser: Browser, *, keepalive_s: float = 15.0) -> None:
-        self.browser = browser
-        self.store = browser.store
-        self.tokens = StreamTokens(browser.settings.sse_secret, browser.settings.sse_token_ttl_s)
-        self.hub = ChangeHub(browser.store, keepalive_s=keepalive_s)
+    def __init__(self, gate: Gate, *, keepalive_s: float = 15.0) -> None:
+        self.gate = gate
+        self.store = gate.store
+        self.tokens = StreamTokens(gate.settings.sse_secret, gate.settings.sse_token_ttl_s)
+        self.hub = ChangeHub(gate.store, keepalive_s=keepalive_s)
         self.keepalive_s = keepalive_s
-        self.max_streams = browser.settings.max_streams
+        self.max_streams = gate.settings.max_streams
         self.refused_full = 0
 
     def register(self, router: Router) -> None:
@@ -355,7 +355,7 @@ class EventStreams:
         key = next((k for k in state.access.keys if k.id == key_id and k.kind == "public"), None)
         if key is None:
             return _error(401, "unknown or revoked key", origin)
-        refused = self.browser.check_key(key, origin, ofrep_error_body)
+        refused = self.gate.check_key(key, origin, ofrep_error_body)
         if refused is not None:
             return refused
         if self.hub.open_streams() >= self.max_streams:

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from relay.http import Request, Response, Router, vane_error, vane_error_body
-from relay.routes.admission import Admission, Browser
+from relay.routes.admission import Admission, Gate
 from relay.routes.experiments import on_page, render, unit_problem, variant_index
 from shared.wire.kinds import USER
 
@@ -82,11 +82,11 @@ def _etag_matches(header: bytes | None, etag: bytes) -> bool:
 
 
 class Selectors:
-    def __init__(self, browser: Browser) -> None:
-        self.browser = browser
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
 
     async def serve(self, request: Request) -> Response:
-        admitted = await self.browser.admit(request, vane_error_body)
+        admitted = await self.gate.admit(request, vane_error_body)
         if not isinstance(admitted, Admission):
             return admitted
         url = request.query("url")
@@ -114,8 +114,8 @@ class Selectors:
         return Response(200, msgspec.json.encode(answer), headers)
 
 
-def register(router: Router, browser: Browser, script: Script | None = None) -> None:
+def register(router: Router, gate: Gate, script: Script | None = None) -> None:
     router.add("GET", SCRIPT_PATH, (script or Script(script_source())).serve)
     types = Script(script_source("vane.d.ts"), b"application/typescript")
     router.add("GET", TYPES_PATH, types.serve)
-    router.add("GET", SELECTORS_PATH, Selectors(browser).serve, cors=True)
+    router.add("GET", SELECTORS_PATH, Selectors(gate).serve, cors=True)

@@ -22,7 +22,7 @@ import msgspec
 
 from relay.http import Request, Response, ofrep_error_body
 from relay.prometheus import RelayMetrics
-from relay.routes.admission import Admission, Browser
+from relay.routes.admission import Admission, Gate
 from relay.routes.contexts import parse_context, targeting_key_problem
 from relay.routes.sse import EventStreams
 from relay.store import EnvironmentState, Store
@@ -53,8 +53,8 @@ def stage_costs(n: int = 20_000) -> dict[str, float]:
     bodies = [msgspec.json.encode({"context": context}) for context in contexts]
     store = Store()
     store.swap(EnvironmentState.build(bench_snapshot(), public_access()))
-    browser = Browser(store, settings(), RelayMetrics(store))
-    streams = EventStreams(browser)
+    gate = Gate(store, settings(), RelayMetrics(store))
+    streams = EventStreams(gate)
     scopes = [scope(BULK, len(body)) for body in bodies]
 
     def requests() -> list[Request]:
@@ -70,7 +70,7 @@ def stage_costs(n: int = 20_000) -> dict[str, float]:
     async def admit_all(pending: list[Request]) -> Admission:
         result: Admission | Response | None = None
         for request in pending:
-            result = await browser.admit(request, ofrep_error_body, backends=True)
+            result = await gate.admit(request, ofrep_error_body, backends=True)
         assert isinstance(result, Admission)
         return result
 

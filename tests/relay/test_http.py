@@ -802,11 +802,11 @@ async def test_a_body_in_pieces_is_read_whole_with_or_without_content_length(
 
 async def test_extra_routes_share_the_gate() -> None:
     from relay.http import Request, Response, Router, vane_error_body
-    from relay.routes.admission import Admission, Browser
+    from relay.routes.admission import Admission, Gate
 
-    def register(router: Router, browser: Browser) -> None:
+    def register(router: Router, gate: Gate) -> None:
         async def echo(request: Request) -> Response:
-            admitted = await browser.admit(request, vane_error_body)
+            admitted = await gate.admit(request, vane_error_body)
             if not isinstance(admitted, Admission):
                 return admitted
             return Response(200, admitted.body, admitted.headers)
