@@ -38,6 +38,7 @@ from relay.persistence import SnapshotFiles
 from relay.settings import RelaySettings, websocket_url
 from relay.store import EnvironmentState, Store
 from shared.backoff import Backoff
+from shared.clock import now_ms
 from shared.engine import CompileError
 from shared.wire import protocol as p
 
@@ -186,7 +187,7 @@ class SyncClient:
         await socket.send(p.encode(self._ping()))
 
     def _ping(self) -> p.Ping:
-        return p.Ping(sent_at=time.time_ns() // 1_000_000, refused=dict(self.store.refusing))
+        return p.Ping(sent_at=now_ms(), refused=dict(self.store.refusing))
 
     def _drop_all_but(self, environments: Iterable[str]) -> None:
         """Stop serving every environment upstream no longer names (deleted, or the key lost

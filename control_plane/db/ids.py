@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
+
+from shared.clock import now_ms
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lowercase
 _lock = threading.Lock()
@@ -32,7 +33,7 @@ def first_id_at(prefix: str, millis: int) -> str:
 def new_id(prefix: str) -> str:
     global _last
     with _lock:
-        millis = time.time_ns() // 1_000_000
+        millis = now_ms()
         last_millis, last_random = _last
         if millis <= last_millis:
             millis, random_part = last_millis, (last_random + 1) % (1 << 80)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -20,6 +19,7 @@ from control_plane.db.models import (
     Segment,
 )
 from control_plane.domain.allocation import running_experiments
+from shared import clock
 from shared.engine import segments_named
 from shared.wire import protocol as p
 from shared.wire import snapshot as w
@@ -187,7 +187,7 @@ async def _running_experiments(
 
 
 def _now_ms(now_ms: int | None) -> int:
-    return now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    return now_ms if now_ms is not None else clock.now_ms()
 
 
 async def compile_environment(

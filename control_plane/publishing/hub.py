@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -671,7 +670,3 @@ async def run_reconciler(hub: Hub, every_s: float) -> None:
             await hub.reconcile()
         except Exception:
             logger.exception("reconciling snapshot feeds failed; retrying in %.0f s", every_s)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000

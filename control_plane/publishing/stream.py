@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from control_plane.auth import KeyKind, Principal, find_principal, requires
 from control_plane.db.models import Environment
-from control_plane.publishing.hub import Connection, Hub, now_ms
+from control_plane.publishing.hub import Connection, Hub
+from shared.clock import now_ms
 from shared.wire import protocol as p
 
 logger = logging.getLogger("vane.publishing")

@@ -20,7 +20,6 @@ known only upstream, which stores them once. A full spool answers 503 with ``Ret
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import msgspec
@@ -38,6 +37,7 @@ from relay.routes.admission import Admission, Gate
 from relay.routes.callers import bearer_token, unknown_key
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
+from shared.clock import now_ms
 from shared.engine.experiments import (
     experiments_holdouts,
     exposure_claim_problem,
@@ -140,7 +140,7 @@ class EventIntake:
         raw = await self._body(request)
         if isinstance(raw, Response):
             return raw
-        now = time.time_ns() // 1_000_000
+        now = now_ms()
         try:
             item, problems = events.decode_one(raw, now)
         except body.MalformedBody as exc:
@@ -202,7 +202,7 @@ class EventIntake:
         private: tuple[str, ...],
         headers: list[tuple[bytes, bytes]],
     ) -> Response:
-        now = time.time_ns() // 1_000_000
+        now = now_ms()
         try:
             items, problems = events.decode_batch(raw, now)
         except body.MalformedBody as exc:

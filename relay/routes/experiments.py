@@ -36,7 +36,6 @@ refuses one (issue #33); one that could not pass is not recorded.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -48,6 +47,7 @@ from relay.routes.admission import Admission, Gate
 from relay.routes.events import invalid, malformed
 from relay.spool import Spool, SpoolFull
 from relay.store import EnvironmentState
+from shared.clock import now_ms
 from shared.engine import Evaluation
 from shared.engine.experiments import Placement, dimension_values, place, url_matches
 from shared.wire import events
@@ -141,7 +141,7 @@ class ExperimentRoutes:
         # the unit and url go into the exposure spooled upstream: held to the rules every event
         # is (a NUL, a url past 2048 characters), or the forwarded batch, other visitors'
         # events with it, would be refused there
-        now = time.time_ns() // 1_000_000
+        now = now_ms()
         exposure = events.EventIn(unit=body.unit, event=events.EXPERIMENT_EXPOSURE, url=body.url)
         problems = events.check_event(exposure, now)
         for kind, key in (body.units or {}).items():
@@ -217,7 +217,7 @@ class ExperimentRoutes:
         if isinstance(admitted, Response):
             return admitted
         admission, body = admitted
-        now = time.time_ns() // 1_000_000
+        now = now_ms()
         running = []
         exposures = []
         for experiment in on_page(admission.state.snapshot.experiments.values(), body.url):
@@ -268,7 +268,7 @@ class ExperimentRoutes:
             # a page never exposes a unit to a manual experiment, nor to the holdouts through one
             exposes = experiment.type != "manual" or admission.trusted
             if placement.outcome != "outside" and exposes:
-                now = time.time_ns() // 1_000_000
+                now = now_ms()
                 await self._record(
                     self._exposures(experiment, unit, placement, body, admission, now)
                 )
@@ -335,7 +335,7 @@ class FlagExposures:
             return
         key_, kind = unit
         qualified = qualified_unit(kind, key_)
-        now = time.time_ns() // 1_000_000
+        now = now_ms()
         found = []
         for key in tracked.intersection(evaluations):
             variation = evaluations[key].variation

@@ -27,6 +27,7 @@ from relay.routes import evaluation
 from relay.routes.admission import Admission, Gate
 from relay.routes.contexts import ContextError, parse_context, targeting_key_problem
 from relay.routes.sse import EventStreams
+from shared.clock import now_ms
 from shared.engine import ofrep_error_code
 
 BULK_PATH = "/ofrep/v1/evaluate/flags"
@@ -138,8 +139,7 @@ class OfrepRoutes:
         if problem is not None:
             return Response(400, _failure(*problem, key), headers)
 
-        now_ms = time.time_ns() // 1_000_000
-        result = await evaluation.one_flag(state, key, context, now_ms, len(raw))
+        result = await evaluation.one_flag(state, key, context, now_ms(), len(raw))
         self.metrics.count_evaluations(state.environment, 1)
         self.gate.evaluated(state, context, {key: result})
         error = ofrep_error_code(result)

@@ -12,12 +12,11 @@ falls back to its code defaults flag by flag exactly as it would for one unknown
 
 from __future__ import annotations
 
-import time
-
 from relay.http import Request, Response, Router, vane_error, vane_error_body
 from relay.routes import evaluation
 from relay.routes.admission import Admission, Gate
 from relay.routes.contexts import ContextError, parse_context
+from shared.clock import now_ms
 
 
 def register(router: Router, gate: Gate) -> None:
@@ -44,9 +43,8 @@ class SdkRoutes:
             return Response(422, body, headers)
         state = admitted.state
         view = admitted.view
-        now_ms = time.time_ns() // 1_000_000
         evaluations = await evaluation.all_flags(
-            state, context, now_ms, client_side_only=not admitted.trusted, context_bytes=len(raw)
+            state, context, now_ms(), client_side_only=not admitted.trusted, context_bytes=len(raw)
         )
         parts = view.sdk_items(evaluations)
         self.metrics.count_evaluations(state.environment, len(parts))

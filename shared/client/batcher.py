@@ -41,6 +41,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from shared.backoff import backoff_delay
+from shared.clock import now_ms
 from shared.wire.body import MAX_BODY_BYTES
 from shared.wire.currencies import ISO_4217
 from shared.wire.events import MAX_BATCH, MAX_PROPS_BYTES, MAX_VALUE, EventIn
@@ -250,7 +251,7 @@ class BatchingCore:
         if value is not None and (type(value) is not int or not -MAX_VALUE <= value <= MAX_VALUE):
             value = _coerce_value(value)
         if ts is None:
-            ts = time.time_ns() // 1_000_000
+            ts = now_ms()
         elif type(ts) is not int:
             ts = _coerce_ts(ts)
         if event_id is None:

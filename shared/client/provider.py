@@ -37,6 +37,7 @@ from shared.backoff import Backoff
 from shared.client.async_client import AsyncVaneClient
 from shared.client.flags import Details, FeedOutOfStep, FirstExposures, FlagSet, SseParser, details
 from shared.client.sync_client import VaneClient
+from shared.clock import now_ms
 from shared.engine import CompileError, evaluate, exposure_unit, unit_key
 from shared.wire.kinds import USER, kind_problem
 
@@ -154,7 +155,7 @@ class _Core(AbstractProvider):
         compiled = self.flags.compiled
         if compiled is None:
             return default
-        evaluation = evaluate(compiled, flag_key, context, time.time_ns() // 1_000_000)
+        evaluation = evaluate(compiled, flag_key, context, now_ms())
         if self.exposures is not None and evaluation.variation is not None:
             self._report(flag_key, context, evaluation)
         value = evaluation.value
@@ -167,7 +168,7 @@ class _Core(AbstractProvider):
         if compiled is None or snapshot is None:
             found = _MISSING
         else:
-            evaluation = evaluate(compiled, flag_key, context, time.time_ns() // 1_000_000)
+            evaluation = evaluate(compiled, flag_key, context, now_ms())
             if self.exposures is not None and evaluation.variation is not None:
                 self._report(flag_key, context, evaluation)
             found = details(evaluation, snapshot.version)

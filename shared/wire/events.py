@@ -11,12 +11,12 @@ import itertools
 import math
 import os
 import re
-import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
 
+from shared.clock import now_ms
 from shared.wire import body
 from shared.wire.currencies import ISO_4217
 from shared.wire.kinds import kind_problem, qualified_unit
@@ -72,7 +72,7 @@ class EventIds:
         self._counter = itertools.count(1)
 
     def next(self) -> str:
-        return f"{self._prefix}{time.time_ns() // 1_000_000:x}-{next(self._counter):x}"
+        return f"{self._prefix}{now_ms():x}-{next(self._counter):x}"
 
 
 def _text(problems: list[Problem], field: str, value: str, limit: int = MAX_TEXT) -> None:

@@ -12,6 +12,7 @@ from control_plane.deps import UNSERIALISED, Ctx
 from control_plane.domain.events import schemas as s
 from control_plane.domain.events import services
 from control_plane.errors import FieldError, StrictBody, invalid_many, malformed
+from shared.clock import now_ms
 from shared.wire import body, events
 
 INGEST = [requires(KeyKind.SERVER, KeyKind.MANAGEMENT, KeyKind.RELAY)]
@@ -26,7 +27,7 @@ class BatchBody(StrictBody[s.EventBatchIn]):
 
     def decode_bytes(self, value: bytes) -> Any:
         try:
-            items, problems = events.decode_batch(value, services.now_ms())
+            items, problems = events.decode_batch(value, now_ms())
         except body.MalformedBody as exc:
             raise malformed(exc) from exc
         if problems:
@@ -56,7 +57,7 @@ class EventController(Controller):
     async def track(
         self, ctx: Ctx, request: Request[Principal, Any, Any], data: JSONBody[s.EventIn]
     ) -> s.Ack:
-        now = services.now_ms()
+        now = now_ms()
         item = services.parse_one(data, now)
         return await services.ingest(ctx, request.user.kind, [item], now, batch=False)
 
@@ -71,7 +72,7 @@ class EventController(Controller):
     async def batch(
         self, ctx: Ctx, request: Request[Principal, Any, Any], data: JSONBody[s.EventBatchIn]
     ) -> s.Ack:
-        now = services.now_ms()
+        now = now_ms()
         return await services.ingest(ctx, request.user.kind, data.events, now)
 
     @get("/events", guards=[requires(KeyKind.MANAGEMENT)], summary="Stored events, newest first")

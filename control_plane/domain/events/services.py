@@ -10,7 +10,6 @@ differs from the stored copy as conflicts (compared in the database, ``store.ins
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 
 import msgspec
@@ -36,10 +35,6 @@ _SENDERS: dict[KeyKind, events.Source] = {
     KeyKind.MANAGEMENT: "management",
     KeyKind.RELAY: "relay",
 }
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _refuse(problems: list[events.Problem]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import msgspec
@@ -28,6 +27,7 @@ from control_plane.domain.rows import (
     written_once,
 )
 from control_plane.errors import conflict, invalid, not_found
+from shared.clock import now_ms
 from shared.engine.experiments import (
     dimension_values,
     dimensions_problem,
@@ -524,7 +524,7 @@ async def assign(scope: Scope, key: str, body: s.AssignIn) -> s.Assignment:
     snapshot, holdout_ids = await allocation.assignable(scope.session, scope.project_id, row)
     placement = place(snapshot, unit)
     chosen = row.variants[placement.variant]
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     found = [
         exposures.FirstExposure("holdout", holdout_ids[key], unit, group, now)
         for key, group in placement.holdouts

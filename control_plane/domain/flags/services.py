@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -49,6 +48,7 @@ from control_plane.domain.snapshots import compile_environment, flag_snapshot, s
 from control_plane.domain.targeting import clauses as targeting
 from control_plane.domain.targeting.schemas import ServeIn, clause_out, serve_out
 from control_plane.errors import conflict, invalid, not_found
+from shared.clock import now_ms
 from shared.engine import (
     CompileError,
     compile_snapshot,
@@ -281,7 +281,7 @@ async def preview(scope: Scope, key: str, env_key: str, context: dict[str, Any])
             exc.path or "environment",
             f"the snapshot of {env.key} does not compile, so no relay serves it: {exc.message}",
         ) from exc
-    result = evaluate(compiled, key, context, time.time_ns() // 1_000_000)
+    result = evaluate(compiled, key, context, now_ms())
     return s.Preview(
         flag=key,
         environment=env.key,
