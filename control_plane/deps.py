@@ -110,7 +110,9 @@ IfMatch = Annotated[
 itself is ``Scope.expect_version``, which reads the header from the request's scope."""
 
 Ctx = NamedDependency[Scope]
-"""Handler parameter type for the request's unit of work (``ctx: Ctx``)."""
+"""Handler parameter type for the request's unit of work (``ctx: Ctx``): the same ``Scope`` the
+services take, under another name only because Litestar gives a handler parameter called
+``scope`` the ASGI scope (a reserved name), so a controller cannot call it by its own."""
 
 
 def public_url(state: State, request: Request[Any, Any, Any]) -> str:
