@@ -35,6 +35,8 @@ class Permission(StrEnum):
 
 ROLES: tuple[Role, ...] = (Role.VIEWER, Role.EDITOR, Role.ADMIN)
 """From least to most: a role holds everything the ones before it hold."""
+ROLE_NAMES: tuple[str, ...] = tuple(role.value for role in ROLES)
+"""The roles by name, in the same order (what a form or a setting names)."""
 
 _GRANTED: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: frozenset({Permission.READ}),

@@ -26,7 +26,7 @@ from joserfc import jwt
 from joserfc.errors import BadSignatureError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 
-from control_plane.access import ROLES, Role, parse_role
+from control_plane.access import ROLE_NAMES, ROLES, Role, parse_role
 
 # roles are control_plane.access's: when a claim maps to several, the highest (last) wins
 
@@ -117,7 +117,7 @@ def sso_settings_from_env(environ: Mapping[str, str]) -> SsoSettings | None:
 def _role(variable: str, value: str) -> Role:
     role = parse_role(value)
     if role is None:
-        names = ", ".join(role.value for role in ROLES)
+        names = ", ".join(ROLE_NAMES)
         raise ValueError(f"{variable}: {value!r} is not a role (one of {names})")
     return role
 

@@ -11,7 +11,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Response, Template
 
-from control_plane.access import ROLES, Permission
+from control_plane.access import ROLE_NAMES, Permission
 from control_plane.console import forms, proposals
 from control_plane.console.diff import history
 from control_plane.console.pages import ListPage, do
@@ -51,7 +51,6 @@ def _part(form: Any, side: str) -> metric_s.PartAggregation:
 
 
 KINDS = ("management", "server", "relay", "public")
-ROLE_NAMES = tuple(role.value for role in ROLES)
 
 
 def _known_role(role: str) -> None:

@@ -9,7 +9,7 @@ from litestar import Request, get, post
 from litestar.params import FromPath
 from litestar.response import Response, Template
 
-from control_plane.access import ROLES
+from control_plane.access import ROLE_NAMES, ROLES
 from control_plane.console import forms
 from control_plane.console.pages import ListPage
 from control_plane.console.web import Who
@@ -17,8 +17,6 @@ from control_plane.deps import public_url
 from control_plane.domain.common import Scope
 from control_plane.domain.people import schemas as s
 from control_plane.domain.people import services as people
-
-ROLE_NAMES = tuple(role.value for role in ROLES)
 
 
 def _role(value: str) -> Any:
