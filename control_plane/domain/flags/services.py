@@ -339,8 +339,8 @@ def _new_flag(scope: Scope, body: s.FlagCreate) -> tuple[Flag, int, int]:
 
 def _new_settings(
     scope: Scope, flag: Flag, environments: Sequence[Environment], on_idx: int, off_idx: int
-) -> s.Flag:
-    """A new flag's setting in every environment (off, serving its defaults), added; audited."""
+) -> list[FlagSetting]:
+    """A new flag's setting in every environment (off, serving its defaults), added."""
     settings = []
     for env in environments:
         setting = FlagSetting(
@@ -356,8 +356,15 @@ def _new_settings(
             updated_at=flag.created_at,
         )
         scope.session.add(setting)
-        settings.append((setting, env.key))
-    out = flag_out(flag, settings)
+        settings.append(setting)
+    return settings
+
+
+def _created(
+    scope: Scope, flag: Flag, settings: list[FlagSetting], environments: Sequence[Environment]
+) -> s.Flag:
+    """The new flag as the API answers it, its creation audited."""
+    out = flag_out(flag, [(x, env.key) for x, env in zip(settings, environments, strict=True)])
     scope.audit("flag.create", "flag", flag.key, after=out)
     return out
 
@@ -367,7 +374,8 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
     flag, on_idx, off_idx = _new_flag(scope, body)
     await written_once(scope, "a flag", body.key, flag)
     environments = await scope.environments()
-    out = _new_settings(scope, flag, environments, on_idx, off_idx)
+    settings = _new_settings(scope, flag, environments, on_idx, off_idx)
+    out = _created(scope, flag, settings, environments)
     await scope.session.flush()
     await scope.changed((env.id for env in environments), flags=[flag.key])
     return out
@@ -376,14 +384,21 @@ async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
 class FlagCreator:
     """Many flags created in one unit of work (a project document's apply), each validated,
     refused and audited as ``create_flag`` does: the project's flag keys and environments are
-    read once, and the rows are written and published together by ``close``. Nothing else may
-    create flags or environments between ``open`` and ``close`` (patching them is safe)."""
+    read once, and the rows are published together by ``close``. Nothing else may create flags
+    or environments between ``open`` and ``close`` (patching them is safe).
+
+    The rows are added to the session and left there (``made``), for the bulk settings writers
+    that follow to take (``SettingsWriter.open``): a new flag's settings are then written as one
+    INSERT of their final values, not an INSERT and an UPDATE, and a rehearsal that is rolled
+    back writes none of them. Whoever opens the creator flushes its rows before the unit of
+    work ends (``flush``)."""
 
     def __init__(self, scope: Scope, keys: set[str], environments: list[Environment]) -> None:
         self.scope = scope
         self.keys = keys
         self.environments = environments
         self.created: list[str] = []
+        self.made: dict[str, tuple[Flag, dict[str, FlagSetting]]] = {}  # by key: by env id
 
     @classmethod
     async def open(cls, scope: Scope) -> FlagCreator:
@@ -393,7 +408,7 @@ class FlagCreator:
         )
         return cls(scope, set(keys), await scope.environments())
 
-    def create(self, body: s.FlagCreate) -> s.Flag:
+    def create(self, body: s.FlagCreate) -> None:
         self.scope.require(Permission.EDIT)
         flag, on_idx, off_idx = _new_flag(self.scope, body)
         if flag.key in self.keys:
@@ -401,18 +416,28 @@ class FlagCreator:
         self.keys.add(flag.key)
         self.scope.session.add(flag)
         self.created.append(flag.key)
-        return _new_settings(self.scope, flag, self.environments, on_idx, off_idx)
+        settings = _new_settings(self.scope, flag, self.environments, on_idx, off_idx)
+        if not self.scope.rehearsal:  # a rehearsal records nothing: nothing to describe
+            _created(self.scope, flag, settings, self.environments)
+        self.made[flag.key] = (flag, {setting.environment_id: setting for setting in settings})
 
     async def close(self) -> None:
+        """Publish the flags created (their rows are flushed by ``flush``)."""
         if not self.created:
+            return
+        with self.scope.session.no_autoflush:
+            ids = (env.id for env in self.environments)
+            await self.scope.changed(ids, flags=self.created)
+        self.created = []
+
+    async def flush(self) -> None:
+        if not self.made:
             return
         try:
             await self.scope.session.flush()
         except IntegrityError as exc:  # written meanwhile by another unit of work
             raise conflict("a flag with one of these keys already exists") from exc
-        ids = (env.id for env in self.environments)
-        await self.scope.changed(ids, flags=self.created)
-        self.created = []
+        self.made = {}
 
 
 async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:
@@ -684,18 +709,29 @@ class SettingsWriter:
         self.missing: set[str] = set()  # bulk: keys read and not found
 
     @classmethod
-    async def open(cls, scope: Scope, env_key: str, keys: Collection[str]) -> SettingsWriter:
+    async def open(
+        cls, scope: Scope, env_key: str, keys: Collection[str], creator: FlagCreator | None = None
+    ) -> SettingsWriter:
         """A bulk writer of the environment ``env_key``, the flags ``keys`` read at once (any
-        other flag a write names is read when named)."""
+        other flag a write names is read when named), and the flags ``creator`` made in this
+        unit of work taken as they are, not yet flushed: their rows are written once, with
+        what this writer puts in them. Its reads do not flush them (the writer holds them)."""
         scope.require(Permission.EDIT)
-        writer = cls(scope, await scope.environment(env_key), bulk=True)
-        rows = await scope.session.execute(
-            select(Flag.key, FlagSetting.prerequisites)
-            .join(FlagSetting, FlagSetting.flag_id == Flag.id)
-            .where(Flag.project_id == scope.project_id, FlagSetting.environment_id == writer.env.id)
-        )
-        writer.graph = {key: [p["key"] for p in prereqs] for key, prereqs in rows}
-        writer.segments = await segments_for(scope.session, scope.project_id)
+        with scope.session.no_autoflush:
+            writer = cls(scope, await scope.environment(env_key), bulk=True)
+            rows = await scope.session.execute(
+                select(Flag.key, FlagSetting.prerequisites)
+                .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+                .where(
+                    Flag.project_id == scope.project_id, FlagSetting.environment_id == writer.env.id
+                )
+            )
+            writer.graph = {key: [p["key"] for p in prereqs] for key, prereqs in rows}
+            writer.segments = await segments_for(scope.session, scope.project_id)
+        for flag, settings in (creator.made if creator is not None else {}).values():
+            if writer.env.id in settings:
+                writer.flags[flag.key] = flag
+                writer.settings[flag.id] = settings[writer.env.id]
         await writer._load(keys)
         return writer
 
@@ -716,17 +752,22 @@ class SettingsWriter:
         wanted = sorted(k for k in keys if k not in self.flags and k not in self.missing)
         for start in range(0, len(wanted), CHUNK):
             chunk = wanted[start : start + CHUNK]
-            rows = await self.scope.session.execute(self._with_settings(chunk))
+            with self.scope.session.no_autoflush:
+                rows = await self.scope.session.execute(self._with_settings(chunk))
             for flag, setting in rows:
                 self.flags[flag.key] = flag
                 self.settings[flag.id] = setting
             self.missing.update(k for k in chunk if k not in self.flags)
 
     async def close(self) -> None:
-        """Flush and publish what was written (bulk; a single write is saved as it is made)."""
+        """Flush and publish what was written (bulk; a single write is saved as it is made). A
+        rehearsal, rolled back after, flushes nothing: its writes were checked as they were
+        made, and the database would only be told what it is about to forget."""
         if self.written:
-            await self.scope.session.flush()
-            await self.scope.changed([self.env.id], flags=self.written)
+            if not self.scope.rehearsal:
+                await self.scope.session.flush()
+            with self.scope.session.no_autoflush:
+                await self.scope.changed([self.env.id], flags=self.written)
             self.written = []
 
     async def _flag_setting(self, key: str) -> tuple[Flag, FlagSetting]:
@@ -838,16 +879,18 @@ class SettingsWriter:
         except CompileError as exc:
             raise invalid(exc.path or "body", exc.message) from exc
 
-    async def _save(self, flag: Flag, setting: FlagSetting) -> s.EnvironmentSettings:
+    async def _save(self, flag: Flag, setting: FlagSetting) -> None:
         if not self.bulk:
-            return await _save_setting(self.scope, flag, self.env, setting)
+            await _save_setting(self.scope, flag, self.env, setting)
+            return
         setting.version += 1
+        self.graph[flag.key] = [p["key"] for p in setting.prerequisites]
+        self.written.append(flag.key)
+        if self.scope.rehearsal:
+            return  # never flushed (``close``)
         setting.updated_at = utcnow()
         for column in WRITTEN:  # every setting's UPDATE alike: one executemany at ``close``
             flag_modified(setting, column)
-        self.graph[flag.key] = [p["key"] for p in setting.prerequisites]
-        self.written.append(flag.key)
-        return settings_out(flag, self.env.key, setting)
 
     async def put(
         self, key: str, settings: s.EnvironmentSettingsIn | None, rules: s.RulesIn | None
@@ -855,9 +898,9 @@ class SettingsWriter:
         """A flag's settings and rules here written together (each as its own write, audited
         alike), the engine's check made once, on the flag as it will be served."""
         if settings is not None:
-            await self.put_settings(key, settings, check=rules is None)
+            await self._put_settings(key, settings, check=rules is None)
         if rules is not None:
-            await self.put_rules(key, rules)
+            await self._put_rules(key, rules)
 
     async def _writable(self, key: str, doing: str) -> tuple[Flag, FlagSetting]:
         """The flag ``key`` and its setting here, once the write may go ahead: the permission,
@@ -874,9 +917,16 @@ class SettingsWriter:
     ) -> s.EnvironmentSettings:
         """``check=False``: the engine's check is left to a write of the rules that follows in
         the same unit of work (``put``)."""
+        flag, setting = await self._put_settings(key, body, check=check)
+        return settings_out(flag, self.env.key, setting)
+
+    async def _put_settings(
+        self, key: str, body: s.EnvironmentSettingsIn, *, check: bool
+    ) -> tuple[Flag, FlagSetting]:
         scope, env = self.scope, self.env
         flag, setting = await self._writable(key, f"changing the settings of flag {key!r}")
-        before = settings_out(flag, env.key, setting)
+        described = not scope.rehearsal  # a rehearsal records nothing: nothing to describe
+        before = settings_out(flag, env.key, setting) if described else None
         idxs = variation_indexes(flag)
         problems = base.Problems()
         if body.off_variation is not msgspec.UNSET and body.off_variation not in idxs:
@@ -909,21 +959,31 @@ class SettingsWriter:
             setting.prerequisites = [_stored(p) for p in prerequisites]
         if check:
             await self._check_with_engine(flag, setting)
-        after = await self._save(flag, setting)
-        scope.audit(
-            "flag.settings.update", "flag", key, before=before, after=after, environment=env.key
-        )
-        return after
+        await self._save(flag, setting)
+        if described:
+            after = settings_out(flag, env.key, setting)
+            scope.audit(
+                "flag.settings.update", "flag", key, before=before, after=after, environment=env.key
+            )
+        return flag, setting
 
-    async def put_rules(self, key: str, body: s.RulesIn) -> s.Rules:
-        scope, env = self.scope, self.env
-        flag, setting = await self._writable(key, f"changing the rules of flag {key!r}")
-        before = s.Rules(
+    def _rules_out(self, flag: Flag, setting: FlagSetting) -> s.Rules:
+        return s.Rules(
             flag=flag.key,
-            environment=env.key,
+            environment=self.env.key,
             rules=rules_out(setting.rules),
             version=setting.version,
         )
+
+    async def put_rules(self, key: str, body: s.RulesIn) -> s.Rules:
+        flag, setting = await self._put_rules(key, body)
+        return self._rules_out(flag, setting)
+
+    async def _put_rules(self, key: str, body: s.RulesIn) -> tuple[Flag, FlagSetting]:
+        scope, env = self.scope, self.env
+        flag, setting = await self._writable(key, f"changing the rules of flag {key!r}")
+        described = not scope.rehearsal  # a rehearsal records nothing: nothing to describe
+        before = self._rules_out(flag, setting) if described else None
         segment_keys = await self._segment_keys()
         problems = base.Problems()
         rules = canonical.rules(
@@ -933,16 +993,12 @@ class SettingsWriter:
         setting.rules = [_stored(r) for r in rules]
         await self._check_with_engine(flag, setting)
         await self._save(flag, setting)
-        after = s.Rules(
-            flag=flag.key,
-            environment=env.key,
-            rules=rules_out(setting.rules),
-            version=setting.version,
-        )
-        scope.audit(
-            "flag.rules.update", "flag", key, before=before, after=after, environment=env.key
-        )
-        return after
+        if described:
+            after = self._rules_out(flag, setting)
+            scope.audit(
+                "flag.rules.update", "flag", key, before=before, after=after, environment=env.key
+            )
+        return flag, setting
 
 
 async def _writer(scope: Scope, key: str, env_key: str) -> SettingsWriter:

@@ -23,7 +23,7 @@ from control_plane.domain.projectfile.checks import check
 from control_plane.domain.projectfile.collector import collector_paused
 from control_plane.domain.projectfile.export import Live, read_live
 from control_plane.domain.projectfile.planner import Planner, plan
-from control_plane.domain.projectfile.steps import Unit
+from control_plane.domain.projectfile.steps import Phase, Unit
 from control_plane.errors import ApiError, FieldError
 from control_plane.publishing.change import Change
 
@@ -56,18 +56,18 @@ async def _execute(scope: Scope, planner: Planner) -> None:
     with unit.audits_kept():
         for step in ordered:
             if step.phase != phase:
-                await _close(unit)
+                await _close(unit, step.phase)
                 phase = step.phase
             with named(step.where):
                 await step.run(unit)
-        await _close(unit)
+        await _close(unit, None)
 
 
-async def _close(unit: Unit) -> None:
+async def _close(unit: Unit, following: Phase | None) -> None:
     """The end of a phase: what its bulk writers hold is flushed and published (the only bulk
     writers are the flags': a refusal there names the document's flags)."""
     with named("flags"):
-        await unit.close()
+        await unit.close(settings_next=following == Phase.SETTING)
 
 
 async def _propose(scope: Scope, planner: Planner, file_name: str) -> list[s.OpenedRequest]:

@@ -35,6 +35,7 @@ class Unit:
     def __init__(self, scope: Scope, runs: Iterable[Run] = ()) -> None:
         self.scope = scope
         self._creator: flags.FlagCreator | None = None
+        self._made: flags.FlagCreator | None = None  # closed, its rows not yet flushed
         self._writers: dict[str, flags.SettingsWriter] = {}
         self._reads: dict[str, set[str]] = {}  # by environment: the flags its settings' steps read
         for run in runs:
@@ -49,7 +50,7 @@ class Unit:
     async def writer(self, env: str) -> flags.SettingsWriter:
         if env not in self._writers:
             reads = self._reads.get(env, set())
-            self._writers[env] = await flags.SettingsWriter.open(self.scope, env, reads)
+            self._writers[env] = await flags.SettingsWriter.open(self.scope, env, reads, self._made)
         return self._writers[env]
 
     @contextmanager
@@ -62,11 +63,18 @@ class Unit:
         finally:
             self.scope.batch = None
 
-    async def close(self) -> None:
-        """Flush and publish what the open writers hold, and write the audit entries kept."""
+    async def close(self, settings_next: bool = False) -> None:
+        """Flush and publish what the open writers hold, and write the audit entries kept.
+        ``settings_next``: the settings' phase follows, whose writers take the flags just
+        created as they are (``flags.FlagCreator``): they are flushed after it, with their
+        settings, in one INSERT each. A rehearsal flushes none of them (it is rolled back)."""
         if self._creator is not None:
             await self._creator.close()
-            self._creator = None
+            self._made, self._creator = self._creator, None
+        if self._made is not None and not settings_next:
+            if not self.scope.rehearsal:
+                await self._made.flush()
+            self._made = None
         for writer in self._writers.values():
             await writer.close()
         self._writers = {}
