@@ -40,7 +40,7 @@ from control_plane.domain.environments.controllers import EnvironmentController
 from control_plane.domain.events.controllers import EventController
 from control_plane.domain.experiments.controllers import ExperimentController
 from control_plane.domain.flags.controllers import FlagController
-from control_plane.domain.flags.services import apply_scheduled
+from control_plane.domain.flags.settings import apply_scheduled
 from control_plane.domain.keys.controllers import KeyController
 from control_plane.domain.keys.services import revoke_key
 from control_plane.domain.layers.controllers import HoldoutController, LayerController

@@ -37,8 +37,9 @@ from control_plane.domain.changes import schemas as changes_s
 from control_plane.domain.coderefs import services as coderefs
 from control_plane.domain.common import Scope
 from control_plane.domain.environments import services as environments
+from control_plane.domain.flags import reads, services
 from control_plane.domain.flags import schemas as s
-from control_plane.domain.flags import services
+from control_plane.domain.flags import settings as flag_settings
 from control_plane.domain.metrics import flag_metrics
 from control_plane.domain.paging import MAX_LIMIT
 from control_plane.domain.protection import protected
@@ -59,14 +60,14 @@ def _filters(request: Request[Any, Any, Any]) -> dict[str, str]:
     return {name: request.query_params.get(name, "") for name in names}
 
 
-def _flag_filter(filters: dict[str, str]) -> services.FlagFilter:
+def _flag_filter(filters: dict[str, str]) -> reads.FlagFilter:
     temporary = {"yes": True, "no": False}.get(filters["temporary"])
     stale = int(filters["stale"]) if filters["stale"].isdigit() else None
     archived = filters["archived"] if filters["archived"] in ("true", "only") else "false"
     flag_type = (
         filters["type"] if filters["type"] in ("boolean", "string", "number", "json") else None
     )
-    return services.FlagFilter(
+    return reads.FlagFilter(
         archived=archived,  # type: ignore[arg-type]
         q=filters["q"] or None,
         tag=filters["tag"] or None,
@@ -84,13 +85,11 @@ async def _listing(scope: Scope, request: Request[Any, Any, Any]) -> dict[str, A
     pager = Pager(
         "/console/flags",
         filters,
-        total=await services.count_flags(scope, where),
+        total=await reads.count_flags(scope, where),
         size=size_of(request.query_params.get("size", "")),
         asked=number_of(request.query_params.get("page", "")),
     )
-    found = await services.list_flags(
-        scope, where, limit=pager.size, cursor=None, offset=pager.offset
-    )
+    found = await reads.list_flags(scope, where, limit=pager.size, cursor=None, offset=pager.offset)
     return {
         "flags": found.items,
         "environments": await _environments(scope),
@@ -202,7 +201,7 @@ class FlagPages(Controller):
             )
         try:
             async with writing(request, who, version=forms.text(form, "version")) as scope:
-                await services.toggle(scope, key, env, enabled)
+                await flag_settings.toggle(scope, key, env, enabled)
         except ApiError as exc:
             return await self._failed(request, who, key, env, exc, "toggle")
         return Redirect(back, status_code=303)
@@ -339,7 +338,7 @@ class FlagPages(Controller):
             result = None
             if context_value is not None:
                 try:
-                    result = await services.preview(scope, key, env, context_value)
+                    result = await reads.preview(scope, key, env, context_value)
                 except ApiError as exc:
                     problem = exc.message
         return page(
@@ -368,7 +367,7 @@ class FlagPages(Controller):
                         guarding.key,
                         form,
                         changes_s.ChangeIn(flag=key, archived=not restore),
-                        live_version=(await services.get_flag(scope, key)).version,
+                        live_version=(await reads.get_flag(scope, key)).version,
                         title=f"{'Restore' if restore else 'Archive'} {key}",
                     )
                     return Redirect(f"/console/change-requests/{proposed.id}", status_code=303)
@@ -408,14 +407,14 @@ class FlagPages(Controller):
                         env,
                         form,
                         changes_s.ChangeIn(flag=key, settings=settings, rules=rules),
-                        live_version=(await services.get_settings(scope, key, env)).version,
+                        live_version=(await reads.get_settings(scope, key, env)).version,
                         title=f"{title or f'Change {key}'} in {env}",
                     )
                     return Redirect(f"/console/change-requests/{proposed.id}", status_code=303)
                 if settings is not None:
-                    await services.put_settings(scope, key, env, settings)
+                    await flag_settings.put_settings(scope, key, env, settings)
                 if rules is not None:
-                    await services.put_rules(scope, key, env, s.RulesIn(rules=rules))
+                    await flag_settings.put_rules(scope, key, env, s.RulesIn(rules=rules))
         except ApiError as exc:
             return await self._failed(
                 request,
@@ -490,12 +489,12 @@ def _typed(flag_type: str, line: str) -> Any:
 
 
 async def _flag_context(scope: Scope, key: str, env: str | None) -> dict[str, Any]:
-    flag = await services.get_flag(scope, key)
+    flag = await reads.get_flag(scope, key)
     envs = await _environments(scope)
     keys = [e.key for e in envs]
     current: str = env if env is not None and env in keys else (keys[0] if keys else "")
-    settings = await services.get_settings(scope, key, current)
-    rules = await services.get_rules(scope, key, current)
+    settings = await reads.get_settings(scope, key, current)
+    rules = await reads.get_rules(scope, key, current)
     segment_keys = [
         seg.key for seg in (await segments.list_segments(scope, limit=MAX_LIMIT, cursor=None)).items
     ]

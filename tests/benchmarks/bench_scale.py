@@ -6,7 +6,7 @@ Run from the repository root::
     .venv/bin/python -m tests.benchmarks.bench_scale      # FLAGS=10000 SAMPLES=20
 
 The flags are written into a fresh SQLite database in-process, through the control plane's own
-service functions (``control_plane.domain.flags.services``: ``create_flag``, ``put_settings``,
+service functions (``control_plane.domain.flags.services``: ``create_flag``; ``.settings``: ``put_settings``,
 ``put_rules`` in ``control_plane.entry.cli.in_project`` transactions — the same validation, audit and
 version bumps as the API, minus HTTP), before any process starts. Each flag is the peer workload's
 shape: boolean, enabled, rule ``country in [5 of 10 countries]`` → true, fallthrough 50/50 by key.
@@ -57,6 +57,7 @@ from control_plane.db.models import Environment
 from control_plane.domain.common import Scope
 from control_plane.domain.flags import schemas as s
 from control_plane.domain.flags import services as flags
+from control_plane.domain.flags import settings as flag_settings
 from control_plane.domain.snapshots import compile_environment
 from control_plane.entry.bootstrap import bootstrap
 from control_plane.entry.oneshot import in_project
@@ -102,7 +103,7 @@ async def _create(
     for i in indices:
         key = flag_key(i)
         await flags.create_flag(scope, s.FlagCreate(key=key))
-        await flags.put_settings(
+        await flag_settings.put_settings(
             scope,
             key,
             "production",
@@ -110,7 +111,7 @@ async def _create(
         )
         clause = s.ClauseIn(attribute="country", op="in", values=list(countries_for(i)))
         rules = s.RulesIn(rules=[s.RuleIn(clauses=[clause], variation=0)])
-        await flags.put_rules(scope, key, "production", rules)
+        await flag_settings.put_rules(scope, key, "production", rules)
 
 
 async def generate(url: str, count: int) -> dict[str, str]:

@@ -45,16 +45,13 @@ from control_plane.domain import problems as base
 from control_plane.domain.changes import schemas as s
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.flags import schemas as flags
+from control_plane.domain.flags.reads import get_flag, rules_out, settings_out
 from control_plane.domain.flags.services import (
     archive_flag,
-    get_flag,
     patch_flag,
-    put_rules,
-    put_settings,
     restore_flag,
-    rules_out,
-    settings_out,
 )
+from control_plane.domain.flags.settings import put_rules, put_settings
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.rows import flag_setting, take_given
 from control_plane.domain.segments import schemas as segments

@@ -9,8 +9,8 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx, IfMatch
+from control_plane.domain.flags import reads, services, settings
 from control_plane.domain.flags import schemas as s
-from control_plane.domain.flags import services
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.domain.protection import GATED_RESPONSES, TOGGLE, TOGGLE_RESPONSES
 from control_plane.errors import StrictBody
@@ -35,17 +35,17 @@ class FlagController(Controller):
         ctx: Ctx,
         limit: Limit = DEFAULT_LIMIT,
         cursor: Cursor = None,
-        archived: FromQuery[services.ArchivedFilter] = "false",
+        archived: FromQuery[reads.ArchivedFilter] = "false",
         q: Annotated[str | None, QueryParameter(max_length=200)] = None,
         tag: Annotated[str | None, QueryParameter(max_length=200)] = None,
         type: FromQuery[s.FlagType | None] = None,
         temporary: FromQuery[bool | None] = None,
         stale: Annotated[int | None, QueryParameter(ge=0, le=36500)] = None,
     ) -> s.FlagList:
-        where = services.FlagFilter(
+        where = reads.FlagFilter(
             archived=archived, q=q, tag=tag, type=type, temporary=temporary, stale_days=stale
         )
-        found = await services.list_flags(ctx, where, limit=limit, cursor=cursor)
+        found = await reads.list_flags(ctx, where, limit=limit, cursor=cursor)
         return s.FlagList(
             flags=found.items,
             count=len(found.items),
@@ -59,7 +59,7 @@ class FlagController(Controller):
 
     @get("/{key:str}", summary="Get a flag")
     async def get_flag(self, ctx: Ctx, key: FromPath[str]) -> s.Flag:
-        return await services.get_flag(ctx, key)
+        return await reads.get_flag(ctx, key)
 
     @patch(
         "/{key:str}",
@@ -108,7 +108,7 @@ class FlagController(Controller):
     async def get_settings(
         self, ctx: Ctx, key: FromPath[str], env: FromPath[str]
     ) -> s.EnvironmentSettings:
-        return await services.get_settings(ctx, key, env)
+        return await reads.get_settings(ctx, key, env)
 
     @put(
         "/{key:str}/environments/{env:str}",
@@ -125,7 +125,7 @@ class FlagController(Controller):
         data: JSONBody[s.EnvironmentSettingsIn],
         if_match: IfMatch = None,
     ) -> s.EnvironmentSettings:
-        return await services.put_settings(ctx, key, env, data)
+        return await settings.put_settings(ctx, key, env, data)
 
     @post(
         "/{key:str}/environments/{env:str}/toggle",
@@ -144,7 +144,7 @@ class FlagController(Controller):
         data: JSONBody[s.ToggleIn],
         if_match: IfMatch = None,
     ) -> s.Toggled:
-        return await services.toggle(ctx, key, env, data.enabled)
+        return await settings.toggle(ctx, key, env, data.enabled)
 
     @post(
         "/{key:str}/environments/{env:str}/evaluate",
@@ -156,11 +156,11 @@ class FlagController(Controller):
     async def evaluate(
         self, ctx: Ctx, key: FromPath[str], env: FromPath[str], data: JSONBody[s.EvaluateIn]
     ) -> s.Preview:
-        return await services.preview(ctx, key, env, data.context)
+        return await reads.preview(ctx, key, env, data.context)
 
     @get("/{key:str}/environments/{env:str}/rules", summary="A flag's targeting rules")
     async def get_rules(self, ctx: Ctx, key: FromPath[str], env: FromPath[str]) -> s.Rules:
-        return await services.get_rules(ctx, key, env)
+        return await reads.get_rules(ctx, key, env)
 
     @put(
         "/{key:str}/environments/{env:str}/rules",
@@ -177,4 +177,4 @@ class FlagController(Controller):
         data: JSONBody[s.RulesIn],
         if_match: IfMatch = None,
     ) -> s.Rules:
-        return await services.put_rules(ctx, key, env, data)
+        return await settings.put_rules(ctx, key, env, data)

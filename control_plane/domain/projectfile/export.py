@@ -13,6 +13,7 @@ from sqlalchemy import Row, select
 
 from control_plane.db.models import Environment, Flag, FlagSetting, Metric, Segment
 from control_plane.domain.common import Scope, to_json
+from control_plane.domain.flags.reads import rules_out
 from control_plane.domain.flags.schemas import (
     ClauseIn,
     PrerequisiteIn,
@@ -21,7 +22,6 @@ from control_plane.domain.flags.schemas import (
     TargetIn,
     VariationIn,
 )
-from control_plane.domain.flags.services import rules_out
 from control_plane.domain.metrics.services import metric_out
 from control_plane.domain.projectfile import readers
 from control_plane.domain.projectfile import schemas as s

@@ -18,6 +18,7 @@ from control_plane.domain.environments import schemas as envs
 from control_plane.domain.environments import services as environments
 from control_plane.domain.flags import schemas as fl
 from control_plane.domain.flags import services as flags
+from control_plane.domain.flags import settings as flag_settings
 from control_plane.domain.metrics import schemas as mt
 from control_plane.domain.metrics import services as metrics
 from control_plane.domain.segments import schemas as sg
@@ -27,7 +28,7 @@ from control_plane.domain.segments import services as segments
 class Unit:
     """What the steps of one plan or apply share: the scope (its transaction), and the writers
     that make the many flags and settings of a document in bulk (``flags.FlagCreator``,
-    ``flags.SettingsWriter``: what they check against read once, every write checked and
+    ``flag_settings.SettingsWriter``: what they check against read once, every write checked and
     audited as the API's, the rows flushed and published together). A writer is opened by its phase's first
     step and closed before a step of another phase runs (``phase``), so nothing else writes
     while it holds the project's rows."""
@@ -36,7 +37,7 @@ class Unit:
         self.scope = scope
         self._creator: flags.FlagCreator | None = None
         self._made: flags.FlagCreator | None = None  # closed, its rows not yet flushed
-        self._writers: dict[str, flags.SettingsWriter] = {}
+        self._writers: dict[str, flag_settings.SettingsWriter] = {}
         self._reads: dict[str, set[str]] = {}  # by environment: the flags its settings' steps read
         for run in runs:
             if isinstance(run, PutSetting):
@@ -47,10 +48,12 @@ class Unit:
             self._creator = await flags.FlagCreator.open(self.scope)
         return self._creator
 
-    async def writer(self, env: str) -> flags.SettingsWriter:
+    async def writer(self, env: str) -> flag_settings.SettingsWriter:
         if env not in self._writers:
             reads = self._reads.get(env, set())
-            self._writers[env] = await flags.SettingsWriter.open(self.scope, env, reads, self._made)
+            self._writers[env] = await flag_settings.SettingsWriter.open(
+                self.scope, env, reads, self._made
+            )
         return self._writers[env]
 
     @contextmanager
