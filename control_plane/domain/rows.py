@@ -87,17 +87,24 @@ def private_attributes(scope: Scope) -> tuple[str, ...]:
     return scope.actor.private_attributes
 
 
-async def written_once(scope: Scope, what: str, key: str, row: Any | None = None) -> None:
-    """Write ``row`` (added here) or the pending changes now; 409 "``what`` with key … already
-    exists" when a unique key is taken. The database's unique constraint is the one home of the
-    rule (a check before the write would race another request's insert); ``what`` is the
-    resource with its article ("a flag", "an environment")."""
+def key_taken(what: str, key: str | None) -> ApiError:
+    """409 "``what`` with key … already exists" (``what``: the resource with its article, "a
+    flag"; ``key`` None: one of many written together)."""
+    if key is None:
+        return conflict(f"{what} with one of these keys already exists")
+    return conflict(f"{what} with key {key!r} already exists")
+
+
+async def written_once(scope: Scope, what: str, key: str | None, row: Any | None = None) -> None:
+    """Write ``row`` (added here) or the pending changes now; ``key_taken`` when a unique key is
+    taken. The database's unique constraint is the one home of the rule (a check before the
+    write would race another request's insert); ``key`` None: the pending rows are many."""
     if row is not None:
         scope.session.add(row)
     try:
         await scope.session.flush()
     except IntegrityError as exc:
-        raise conflict(f"{what} with key {key!r} already exists") from exc
+        raise key_taken(what, key) from exc
 
 
 async def forget_exposures(

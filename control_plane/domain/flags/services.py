@@ -9,7 +9,6 @@ from typing import Any
 
 import msgspec
 from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -31,6 +30,7 @@ from control_plane.domain.protection import (
 from control_plane.domain.rows import (
     find_flag,
     forget_exposures,
+    key_taken,
     touch_all_settings,
     variation_indexes,
     written_once,
@@ -150,8 +150,8 @@ class FlagCreator:
     def create(self, body: s.FlagCreate) -> None:
         self.scope.require(Permission.EDIT)
         flag, on_idx, off_idx = _new_flag(self.scope, body)
-        if flag.key in self.keys:
-            raise conflict(f"a flag with key {body.key!r} already exists")
+        if flag.key in self.keys:  # read at ``open``, under the project's write lock
+            raise key_taken("a flag", body.key)
         self.keys.add(flag.key)
         self.scope.session.add(flag)
         self.created.append(flag.key)
@@ -172,10 +172,7 @@ class FlagCreator:
     async def flush(self) -> None:
         if not self.made:
             return
-        try:
-            await self.scope.session.flush()
-        except IntegrityError as exc:  # written meanwhile by another unit of work
-            raise conflict("a flag with one of these keys already exists") from exc
+        await written_once(self.scope, "a flag", None)
         self.made = {}
 
 
