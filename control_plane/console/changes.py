@@ -16,6 +16,7 @@ from control_plane.console import forms
 from control_plane.console.diff import changes as leaf_changes
 from control_plane.console.pages import do
 from control_plane.console.web import Who, error_page, page, provide_signed, reading
+from control_plane.domain.changes import reads as change_reads
 from control_plane.domain.changes import schemas as s
 from control_plane.domain.changes import services
 from control_plane.domain.common import Scope
@@ -82,7 +83,7 @@ class ChangeRequestPages(Controller):
         async with reading(request, who) as scope:
             envs = (await environments.list_environments(scope, limit=MAX_LIMIT, cursor=None)).items
             try:
-                found = await services.list_requests(
+                found = await change_reads.list_requests(
                     scope,
                     status if status in STATUSES else None,
                     environment or None,
@@ -124,7 +125,7 @@ class ChangeRequestPages(Controller):
     ) -> Template:
         async with reading(request, who) as scope:
             try:
-                found = await services.get(scope, request_id)
+                found = await change_reads.get(scope, request_id)
             except ApiError as exc:
                 return error_page(request, who, exc, "Change request")
             may = _may(scope, found)
@@ -151,7 +152,7 @@ class ChangeRequestPages(Controller):
 
         async def work(scope: Scope) -> s.ChangeRequest:
             if action in ("approve", "reject"):
-                current = await services.get(scope, request_id)
+                current = await change_reads.get(scope, request_id)
                 if version and version != str(current.version):
                     raise ApiError(
                         412,

@@ -12,6 +12,7 @@ from typing import Any
 
 from control_plane.console import forms
 from control_plane.db.models import Environment
+from control_plane.domain.changes import reads as change_reads
 from control_plane.domain.changes import schemas as changes_s
 from control_plane.domain.changes import services as change_requests
 from control_plane.domain.common import Scope
@@ -64,7 +65,7 @@ async def open_requests(
 ) -> list[changes_s.ChangeRequest]:
     """The open change requests of ``env`` (None: of any environment) with an item ``about``
     says is the page's."""
-    found = await change_requests.list_requests(scope, "open", env, limit=MAX_LIMIT, cursor=None)
+    found = await change_reads.list_requests(scope, "open", env, limit=MAX_LIMIT, cursor=None)
     return [cr for cr in found.items if any(about(change) for change in cr.changes)]
 
 

@@ -7,8 +7,8 @@ from litestar.params import FromPath, FromQuery, JSONBody
 
 from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx, IfMatch
+from control_plane.domain.changes import reads, services
 from control_plane.domain.changes import schemas as s
-from control_plane.domain.changes import services
 from control_plane.domain.paging import DEFAULT_LIMIT, Cursor, Limit
 from control_plane.errors import StrictBody
 
@@ -36,7 +36,7 @@ class ChangeRequestController(Controller):
         limit: Limit = DEFAULT_LIMIT,
         cursor: Cursor = None,
     ) -> s.ChangeRequestList:
-        found = await services.list_requests(ctx, status, environment, limit=limit, cursor=cursor)
+        found = await reads.list_requests(ctx, status, environment, limit=limit, cursor=cursor)
         return s.ChangeRequestList(
             change_requests=found.items,
             count=len(found.items),
@@ -67,7 +67,7 @@ class ChangeRequestController(Controller):
 
     @get("/{request_id:str}", summary="A change request, its reviews and its diff against live")
     async def get_change_request(self, ctx: Ctx, request_id: FromPath[str]) -> s.ChangeRequest:
-        return await services.get(ctx, request_id)
+        return await reads.get(ctx, request_id)
 
     @patch(
         "/{request_id:str}",

@@ -14,8 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from control_plane.access import Permission
+from control_plane.domain.changes import reads as change_reads
 from control_plane.domain.changes import schemas as cr
 from control_plane.domain.changes import services as changes
+from control_plane.domain.changes.checks import MAX_CHANGES
 from control_plane.domain.changes.schemas import ChangeIn
 from control_plane.domain.common import Scope
 from control_plane.domain.projectfile import schemas as s
@@ -28,7 +30,7 @@ from control_plane.errors import ApiError, FieldError
 from control_plane.publishing.change import Change
 
 MOVED = "moved_since_plan"
-PER_REQUEST = changes.MAX_CHANGES
+PER_REQUEST = MAX_CHANGES
 
 
 async def export_project(scope: Scope) -> s.ProjectDoc:
@@ -76,7 +78,7 @@ async def _propose(scope: Scope, planner: Planner, file_name: str) -> list[s.Ope
         for start in range(0, len(items), PER_REQUEST):
             chunk = items[start : start + PER_REQUEST]
             with named(f"environments ({env})"):
-                made = await changes.open_with(scope, env, chunk)
+                made = await change_reads.open_with(scope, env, chunk)
                 if made is None:
                     made = await changes.create(scope, _request(env, chunk, file_name))
                     opened.append(_opened(made, chunk, already=False))
