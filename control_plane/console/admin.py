@@ -9,12 +9,12 @@ import msgspec
 from litestar import Controller, Request, get, post
 from litestar.di import Provide
 from litestar.params import FromPath
-from litestar.response import Redirect, Response, Template
+from litestar.response import Response, Template
 
 from control_plane.access import ROLE_NAMES, Permission
 from control_plane.console import forms, proposals
 from control_plane.console.diff import history
-from control_plane.console.pages import ListPage, do
+from control_plane.console.pages import ListPage, write_or_show
 from control_plane.console.web import Who, error_page, field_errors, page, provide_signed, reading
 from control_plane.db.models import Environment
 from control_plane.domain.audit import services as audit
@@ -202,10 +202,7 @@ class SegmentPages(ListPage):
                 title=f"Change segment {key} in {guarding.key}",
             )
 
-        done, error = await do(request, who, save, version=forms.text(form, "version"))
-        if isinstance(done, change_s.ChangeRequest):
-            return Redirect(f"/console/change-requests/{done.id}", status_code=303)
-        if error is not None:
+        async def shown(error: ApiError) -> Response[Any]:
             error = proposals.unprefixed(error)
             message = (
                 error.message
@@ -233,7 +230,15 @@ class SegmentPages(ListPage):
                 typed=None if stale else as_typed,
                 context_rows=None if stale else rows,
             )
-        return Redirect(f"/console/segments/{key}", status_code=303)
+
+        return await write_or_show(
+            request,
+            who,
+            save,
+            done=proposals.review_or(f"/console/segments/{key}"),
+            shown=shown,
+            version=forms.text(form, "version"),
+        )
 
 
 class MetricPages(ListPage):
@@ -515,14 +520,15 @@ class WebhookPages(ListPage):
         webhook_id: FromPath[str],
         delivery_id: FromPath[str],
     ) -> Response[Any]:
-        _, error = await do(
-            request, who, lambda scope: webhooks.redeliver(scope, webhook_id, delivery_id)
-        )
-        if error is not None:
-            return await self._deliveries(
+        return await write_or_show(
+            request,
+            who,
+            lambda scope: webhooks.redeliver(scope, webhook_id, delivery_id),
+            done=lambda _: f"/console/webhooks/{webhook_id}",
+            shown=lambda error: self._deliveries(
                 request, who, webhook_id, error.status, error=error.message
-            )
-        return Redirect(f"/console/webhooks/{webhook_id}", status_code=303)
+            ),
+        )
 
 
 class AuditPages(Controller):

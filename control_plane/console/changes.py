@@ -9,12 +9,12 @@ from typing import Any
 from litestar import Controller, Request, get, post
 from litestar.di import Provide
 from litestar.params import FromPath
-from litestar.response import Redirect, Response, Template
+from litestar.response import Response, Template
 
 from control_plane.access import Permission
 from control_plane.console import forms
 from control_plane.console.diff import changes as leaf_changes
-from control_plane.console.pages import do
+from control_plane.console.pages import write_or_show
 from control_plane.console.web import Who, error_page, page, provide_signed, reading
 from control_plane.domain.changes import reads as change_reads
 from control_plane.domain.changes import schemas as s
@@ -171,10 +171,14 @@ class ChangeRequestPages(Controller):
             )
 
         # apply names the version it was shown (If-Match), so an edit meanwhile is not applied
-        _, error = await do(request, who, work, version=version if action == "apply" else None)
-        if error is not None:
-            return await self._review(request, who, request_id, error, comment)
-        return Redirect(f"/console/change-requests/{request_id}", status_code=303)
+        return await write_or_show(
+            request,
+            who,
+            work,
+            done=lambda _: f"/console/change-requests/{request_id}",
+            shown=lambda error: self._review(request, who, request_id, error, comment),
+            version=version if action == "apply" else None,
+        )
 
     @post("/{request_id:str}/review")
     async def review(

@@ -7,20 +7,12 @@ from typing import Any
 
 from litestar import Request, get, post
 from litestar.params import FromPath
-from litestar.response import Redirect, Response, Template
+from litestar.response import Response, Template
 
 from control_plane.console import forms
 from control_plane.console.charts import forest, time_series
-from control_plane.console.pages import ListPage, do
-from control_plane.console.web import (
-    FRAGMENT,
-    Who,
-    error_page,
-    field_errors,
-    page,
-    reading,
-    writing,
-)
+from control_plane.console.pages import ListPage, write_or_show
+from control_plane.console.web import FRAGMENT, Who, error_page, field_errors, page, reading
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import results as experiment_results
 from control_plane.domain.experiments import schemas as s
@@ -185,12 +177,15 @@ class ExperimentPages(ListPage):
     ) -> Response[Any]:
         form = await request.form()
         wanted = forms.text(form, "status")
-        try:
-            async with writing(request, who, version=forms.text(form, "version")) as scope:
-                await services.set_status(scope, key, s.StatusIn(status=wanted))  # type: ignore[arg-type]
-        except ApiError as exc:
-            return await self._show(request, who, key, exc.status, error=exc.message)
-        return Redirect(f"/console/experiments/{key}", status_code=303)
+        body = s.StatusIn(status=wanted)  # type: ignore[arg-type]
+        return await write_or_show(
+            request,
+            who,
+            lambda scope: services.set_status(scope, key, body),
+            done=lambda _: f"/console/experiments/{key}",
+            shown=lambda error: self._show(request, who, key, error.status, error=error.message),
+            version=forms.text(form, "version"),
+        )
 
     @post("/{key:str}/dimensions")
     async def dimensions(
@@ -201,14 +196,12 @@ class ExperimentPages(ListPage):
         form = await request.form()
         typed = forms.text(form, "dimensions")
         body = s.ExperimentPatch(dimensions=forms.names_of(typed))
-        _, error = await do(
+        return await write_or_show(
             request,
             who,
             lambda scope: services.patch_experiment(scope, key, body),
-            version=forms.text(form, "version"),
-        )
-        if error is not None:
-            return await self._show(
+            done=lambda _: f"/console/experiments/{key}#dimensions",
+            shown=lambda error: self._show(
                 request,
                 who,
                 key,
@@ -216,8 +209,9 @@ class ExperimentPages(ListPage):
                 dimensions_error=error.message,
                 dimensions_errors=field_errors(error.details),
                 dimensions_typed=typed,
-            )
-        return Redirect(f"/console/experiments/{key}#dimensions", status_code=303)
+            ),
+            version=forms.text(form, "version"),
+        )
 
     @post("/{key:str}/metrics")
     async def choose_metrics(
@@ -226,14 +220,14 @@ class ExperimentPages(ListPage):
         form = await request.form()
         primary = forms.text(form, "primary") or None
         guardrails = forms.texts(form, "guardrails")
-        try:
-            async with writing(request, who) as scope:
-                await services.set_metrics(
-                    scope, key, s.MetricsIn(primary=primary, guardrails=guardrails)
-                )
-        except ApiError as exc:
-            return await self._show(request, who, key, exc.status, error=exc.message)
-        return Redirect(f"/console/experiments/{key}#results", status_code=303)
+        body = s.MetricsIn(primary=primary, guardrails=guardrails)
+        return await write_or_show(
+            request,
+            who,
+            lambda scope: services.set_metrics(scope, key, body),
+            done=lambda _: f"/console/experiments/{key}#results",
+            shown=lambda error: self._show(request, who, key, error.status, error=error.message),
+        )
 
 
 SPLIT_FIELDS = ("dimension", "top", "minUnits")

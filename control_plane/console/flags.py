@@ -12,15 +12,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from litestar import Controller, Request, get, post
+from litestar import Request, get, post
 from litestar.datastructures import FormMultiDict
-from litestar.di import Provide
 from litestar.params import FromPath
-from litestar.response import Redirect, Response, Template
+from litestar.response import Response, Template
 
 from control_plane.console import forms, proposals
 from control_plane.console.diff import history as _history
 from control_plane.console.pager import SIZES, Pager, number_of, size_of
+from control_plane.console.pages import ListPage, write_or_show
 from control_plane.console.web import (
     FRAGMENT,
     Who,
@@ -28,9 +28,7 @@ from control_plane.console.web import (
     error_page,
     field_errors,
     page,
-    provide_signed,
     reading,
-    writing,
 )
 from control_plane.domain.audit import services as audit
 from control_plane.domain.changes import schemas as changes_s
@@ -77,42 +75,43 @@ def _flag_filter(filters: dict[str, str]) -> reads.FlagFilter:
     )
 
 
-async def _listing(scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
-    """The flags list's page: the flags of the page asked for (``page``, ``size``) under the
-    filters given, the environments (a column each) and the pager."""
-    filters = _filters(request)
-    where = _flag_filter(filters)
-    pager = Pager(
-        "/console/flags",
-        filters,
-        total=await reads.count_flags(scope, where),
-        size=size_of(request.query_params.get("size", "")),
-        asked=number_of(request.query_params.get("page", "")),
-    )
-    found = await reads.list_flags(scope, where, limit=pager.size, cursor=None, offset=pager.offset)
-    return {
-        "flags": found.items,
-        "environments": await _environments(scope),
-        "filters": filters,
-        "pager": pager,
-        "sizes": SIZES,
-    }
-
-
-class FlagPages(Controller):
+class FlagPages(ListPage):
     path = "/console/flags"
-    dependencies = {"who": Provide(provide_signed)}
-    include_in_schema = False
+    template = "flags.html"
+    title = "Flags"
+
+    async def context(self, scope: Scope, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        """The flags list's page: the flags of the page asked for (``page``, ``size``) under the
+        filters given, the environments (a column each) and the pager."""
+        filters = _filters(request)
+        where = _flag_filter(filters)
+        pager = Pager(
+            "/console/flags",
+            filters,
+            total=await reads.count_flags(scope, where),
+            size=size_of(request.query_params.get("size", "")),
+            asked=number_of(request.query_params.get("page", "")),
+        )
+        found = await reads.list_flags(
+            scope, where, limit=pager.size, cursor=None, offset=pager.offset
+        )
+        return {
+            "flags": found.items,
+            "environments": await _environments(scope),
+            "filters": filters,
+            "pager": pager,
+            "sizes": SIZES,
+        }
 
     @get("/")
     async def flags(self, request: Request[Any, Any, Any], who: Who) -> Template:
         async with reading(request, who) as scope:
             try:
-                listing = await _listing(scope, request)
+                listing = await self.context(scope, request)
             except ApiError as exc:
                 return error_page(request, who, exc, "Flags")
-        template = "flags_main.html" if request.headers.get(FRAGMENT) else "flags.html"
-        return page(request, who, template, title="Flags", **listing)
+        template = "flags_main.html" if request.headers.get(FRAGMENT) else self.template
+        return page(request, who, template, title=self.title, **listing)
 
     @post("/")
     async def create(self, request: Request[Any, Any, Any], who: Who) -> Response[Any]:
@@ -134,24 +133,13 @@ class FlagPages(Controller):
             tags=[t.strip() for t in forms.text(form, "tags").split(",") if t.strip()],
             client_side=forms.text(form, "clientSide") == "on",
         )
-        try:
-            async with writing(request, who) as scope:
-                created = await services.create_flag(scope, body)
-        except ApiError as exc:
-            async with reading(request, who) as scope:
-                listing = await _listing(scope, request)
-            return page(
-                request,
-                who,
-                "flags.html",
-                status=exc.status,
-                title="Flags",
-                **listing,
-                create_error=exc.message,
-                create_errors=field_errors(exc.details),
-                create_form=dict(form),
-            )
-        return Redirect(f"/console/flags/{created.key}", status_code=303)
+        return await self.write(
+            request,
+            who,
+            lambda scope: services.create_flag(scope, body),
+            done=lambda created: f"/console/flags/{created.key}",
+            form=form,
+        )
 
     @get("/{key:str}")
     async def flag(self, request: Request[Any, Any, Any], who: Who, key: FromPath[str]) -> Template:
@@ -199,12 +187,14 @@ class FlagPages(Controller):
                 version=forms.text(form, "version"),
                 back=back,
             )
-        try:
-            async with writing(request, who, version=forms.text(form, "version")) as scope:
-                await flag_settings.toggle(scope, key, env, enabled)
-        except ApiError as exc:
-            return await self._failed(request, who, key, env, exc, "toggle")
-        return Redirect(back, status_code=303)
+        return await write_or_show(
+            request,
+            who,
+            lambda scope: flag_settings.toggle(scope, key, env, enabled),
+            done=lambda _: back,
+            shown=lambda error: self._failed(request, who, key, env, error, "toggle"),
+            version=forms.text(form, "version"),
+        )
 
     @post("/{key:str}/environments/{env:str}/settings")
     async def settings(
@@ -297,17 +287,21 @@ class FlagPages(Controller):
     ) -> Response[Any]:
         form = await request.form()
         at = _instant(forms.text(form, "at"))
-        try:
-            if at is None:
-                raise ApiError(
-                    422, "at: a date and time", details=[FieldError("at", "a date and time (UTC)")]
-                )
-            body = schedules_s.ScheduleIn(at=at, enabled=forms.text(form, "enabled") == "true")
-            async with writing(request, who) as scope:
-                await schedules.create(scope, key, env, body)
-        except ApiError as exc:
-            return await self._failed(request, who, key, env, exc, "schedules", dict(form))
-        return Redirect(f"/console/flags/{key}?env={env}#schedules", status_code=303)
+        if at is None:  # refused as the API refuses it, before anything is written
+            missing = ApiError(
+                422, "at: a date and time", details=[FieldError("at", "a date and time (UTC)")]
+            )
+            return await self._failed(request, who, key, env, missing, "schedules", dict(form))
+        body = schedules_s.ScheduleIn(at=at, enabled=forms.text(form, "enabled") == "true")
+        return await write_or_show(
+            request,
+            who,
+            lambda scope: schedules.create(scope, key, env, body),
+            done=lambda _: f"/console/flags/{key}?env={env}#schedules",
+            shown=lambda error: self._failed(
+                request, who, key, env, error, "schedules", dict(form)
+            ),
+        )
 
     @post("/{key:str}/environments/{env:str}/schedules/{schedule_id:str}/cancel")
     async def cancel_schedule(
@@ -318,12 +312,13 @@ class FlagPages(Controller):
         env: FromPath[str],
         schedule_id: FromPath[str],
     ) -> Response[Any]:
-        try:
-            async with writing(request, who) as scope:
-                await schedules.cancel(scope, key, env, schedule_id)
-        except ApiError as exc:
-            return await self._failed(request, who, key, env, exc, "schedules")
-        return Redirect(f"/console/flags/{key}?env={env}#schedules", status_code=303)
+        return await write_or_show(
+            request,
+            who,
+            lambda scope: schedules.cancel(scope, key, env, schedule_id),
+            done=lambda _: f"/console/flags/{key}?env={env}#schedules",
+            shown=lambda error: self._failed(request, who, key, env, error, "schedules"),
+        )
 
     @post("/{key:str}/evaluate")
     async def evaluate(
@@ -358,26 +353,32 @@ class FlagPages(Controller):
     ) -> Response[Any]:
         form = await request.form()
         restore = forms.text(form, "restore") == "yes"
-        try:
-            async with writing(request, who, version=forms.text(form, "version")) as scope:
-                guarding = await proposals.most_demanding(scope)
-                if guarding is not None:  # archiving changes what every environment serves
-                    proposed = await proposals.propose(
-                        scope,
-                        guarding.key,
-                        form,
-                        changes_s.ChangeIn(flag=key, archived=not restore),
-                        live_version=(await reads.get_flag(scope, key)).version,
-                        title=f"{'Restore' if restore else 'Archive'} {key}",
-                    )
-                    return Redirect(f"/console/change-requests/{proposed.id}", status_code=303)
-                if restore:
-                    await services.restore_flag(scope, key)
-                else:
-                    await services.archive_flag(scope, key)
-        except ApiError as exc:
-            return await self._failed(request, who, key, None, proposals.unprefixed(exc), "archive")
-        return Redirect(f"/console/flags/{key}", status_code=303)
+
+        async def work(scope: Scope) -> Any:
+            guarding = await proposals.most_demanding(scope)
+            if guarding is not None:  # archiving changes what every environment serves
+                return await proposals.propose(
+                    scope,
+                    guarding.key,
+                    form,
+                    changes_s.ChangeIn(flag=key, archived=not restore),
+                    live_version=(await reads.get_flag(scope, key)).version,
+                    title=f"{'Restore' if restore else 'Archive'} {key}",
+                )
+            if restore:
+                return await services.restore_flag(scope, key)
+            return await services.archive_flag(scope, key)
+
+        return await write_or_show(
+            request,
+            who,
+            work,
+            done=proposals.review_or(f"/console/flags/{key}"),
+            shown=lambda error: self._failed(
+                request, who, key, None, proposals.unprefixed(error), "archive"
+            ),
+            version=forms.text(form, "version"),
+        )
 
     async def _propose_or_write(
         self,
@@ -397,37 +398,43 @@ class FlagPages(Controller):
     ) -> Response[Any]:
         """A form of the flag page: written at once, or, in an environment that requires
         approvals, proposed as a change request of the same body (then its review page)."""
-        try:
-            async with writing(request, who, version=forms.text(form, "version")) as scope:
-                environment = await scope.environment(env)
-                if protected(environment):
-                    # based on the flag setting the form was shown
-                    proposed = await proposals.propose(
-                        scope,
-                        env,
-                        form,
-                        changes_s.ChangeIn(flag=key, settings=settings, rules=rules),
-                        live_version=(await reads.get_settings(scope, key, env)).version,
-                        title=f"{title or f'Change {key}'} in {env}",
-                    )
-                    return Redirect(f"/console/change-requests/{proposed.id}", status_code=303)
-                if settings is not None:
-                    await flag_settings.put_settings(scope, key, env, settings)
-                if rules is not None:
-                    await flag_settings.put_rules(scope, key, env, s.RulesIn(rules=rules))
-        except ApiError as exc:
-            return await self._failed(
+
+        async def work(scope: Scope) -> changes_s.ChangeRequest | None:
+            environment = await scope.environment(env)
+            if protected(environment):
+                # based on the flag setting the form was shown
+                return await proposals.propose(
+                    scope,
+                    env,
+                    form,
+                    changes_s.ChangeIn(flag=key, settings=settings, rules=rules),
+                    live_version=(await reads.get_settings(scope, key, env)).version,
+                    title=f"{title or f'Change {key}'} in {env}",
+                )
+            if settings is not None:
+                await flag_settings.put_settings(scope, key, env, settings)
+            if rules is not None:
+                await flag_settings.put_rules(scope, key, env, s.RulesIn(rules=rules))
+            return None
+
+        anchor = {"rules": "#rules", "prerequisites": "#prerequisites"}.get(form_name, "")
+        return await write_or_show(
+            request,
+            who,
+            work,
+            done=proposals.review_or(f"/console/flags/{key}?env={env}{anchor}"),
+            shown=lambda error: self._failed(
                 request,
                 who,
                 key,
                 env,
-                proposals.unprefixed(exc, rename),
+                proposals.unprefixed(error, rename),
                 form_name,
                 typed,
                 rule_forms,
-            )
-        anchor = {"rules": "#rules", "prerequisites": "#prerequisites"}.get(form_name, "")
-        return Redirect(f"/console/flags/{key}?env={env}{anchor}", status_code=303)
+            ),
+            version=forms.text(form, "version"),
+        )
 
     async def _failed(
         self,

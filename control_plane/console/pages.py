@@ -1,4 +1,6 @@
-"""The shape most console screens share: a list with a create form and row actions."""
+"""The shape most console screens share: a list with a create form and row actions; and the
+one way a form's post is written: the API's unit of work, then a redirect or the page again with
+the API's error."""
 
 from __future__ import annotations
 
@@ -27,6 +29,23 @@ async def do(
             return await work(scope), None
     except ApiError as exc:
         return None, exc
+
+
+async def write_or_show(
+    request: Request[Any, Any, Any],
+    who: Who,
+    work: Callable[[Scope], Awaitable[Any]],
+    *,
+    done: Callable[[Any], str],
+    shown: Callable[[ApiError], Awaitable[Response[Any]]],
+    version: str | None = None,
+) -> Response[Any]:
+    """A form's post: do ``work``; then redirect (303) to ``done(answer)``, or answer
+    ``shown(error)``, the page the form is on again with the API's error (nothing written)."""
+    answer, error = await do(request, who, work, version=version)
+    if error is not None:
+        return await shown(error)
+    return Redirect(done(answer), status_code=303)
 
 
 class ListPage(Controller):
@@ -61,8 +80,8 @@ class ListPage(Controller):
         """Do ``work``; then redirect to ``done(answer)``, or (``done`` None) show the list with
         the answer as ``created``. A create form's error (``form`` given) is shown in that form,
         any other above the list."""
-        answer, error = await do(request, who, work, version=version)
-        if error is not None:
+
+        async def shown(error: ApiError) -> Response[Any]:
             if form is None:
                 return await self.listing(request, who, error.status, error=error.message)
             return await self.listing(
@@ -73,6 +92,10 @@ class ListPage(Controller):
                 create_errors=field_errors(error.details),
                 create_form=dict(form),
             )
-        if done is None:
-            return await self.listing(request, who, 201, created=answer)
-        return Redirect(done(answer), status_code=303)
+
+        if done is not None:
+            return await write_or_show(request, who, work, done=done, shown=shown, version=version)
+        answer, error = await do(request, who, work, version=version)
+        if error is not None:
+            return await shown(error)
+        return await self.listing(request, who, 201, created=answer)

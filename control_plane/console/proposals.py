@@ -48,6 +48,16 @@ async def propose(
     return await change_requests.create(scope, body)
 
 
+def review_or(done: str) -> Callable[[Any], str]:
+    """Where a form that may have been proposed goes next (``pages.write_or_show``'s ``done``):
+    the review page of the change request it made, else ``done``."""
+    return lambda answer: (
+        f"/console/change-requests/{answer.id}"
+        if isinstance(answer, changes_s.ChangeRequest)
+        else done
+    )
+
+
 async def most_demanding(scope: Scope, among: Iterable[str] | None = None) -> Environment | None:
     """The protected environment that requires the most approvals, of those whose ids are
     ``among`` (None: all of the project's); None if none of them is protected."""
