@@ -7,16 +7,22 @@ an allow-origin header, so the page cannot read the answer), within its rate lim
 ``Retry-After``), with a body of at most 1 MiB (else 413), for an environment the relay holds a
 snapshot of (else 503). Every answer carries the CORS header set; the origin is
 reflected on all of them except the allow-list refusal.
+
+The evaluation endpoints (OFREP, ``/sdk/v1/flags``) start in one place, ``Gate.admit_context``:
+admitted, then the body's evaluation context, or the route's own answer to a body without one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+
+import msgspec
 
 from relay.http import ErrorBody, Headers, PayloadTooLarge, Request, Response, cors_headers
 from relay.prometheus import RelayMetrics
 from relay.routes.callers import bearer_token, origin_allowed, unknown_key
+from relay.routes.contexts import ContextError, parse_context
 from relay.routes.ratelimit import RateGate
 from relay.routes.views import View, Views
 from relay.settings import RelaySettings
@@ -47,6 +53,30 @@ class Admission:
         self.body = body
         self.headers = headers  # CORS set for this request; extend, do not share
         self.trusted = trusted
+
+
+class Evaluating(Admission):
+    """An admitted evaluation request (``Gate.admit_context``): its body's evaluation context,
+    and the context's raw bytes (their length decides where to evaluate; the bulk ETag hashes
+    them)."""
+
+    __slots__ = ("context", "raw")
+
+    def __init__(self, admitted: Admission, context: dict[str, Any], raw: msgspec.Raw) -> None:
+        super().__init__(
+            admitted.caller,
+            admitted.state,
+            admitted.view,
+            admitted.body,
+            admitted.headers,
+            trusted=admitted.trusted,
+        )
+        self.context = context
+        self.raw = raw
+
+
+ContextRefusal = Callable[[ContextError, Headers], Response]
+"""A route's answer to a body whose evaluation context it cannot use (in its error shape)."""
 
 
 class ExposureReporter(Protocol):
@@ -122,6 +152,21 @@ class Gate:
             return Response(503, error_body(503, "relay has no snapshot yet"), cors_headers(origin))
         view = self.views.of(state)
         return Admission(caller, state, view, body, cors_headers(origin), trusted=trusted)
+
+    async def admit_context(
+        self, request: Request, error_body: ErrorBody, refuse: ContextRefusal
+    ) -> Evaluating | Response:
+        """The start of an evaluation endpoint: ``admit(..., backends=True)``, then the body's
+        evaluation context (``contexts.parse_context``); or the answer to send, the gate's
+        refusal or ``refuse``'s answer to a context that cannot be used."""
+        admitted = await self.admit(request, error_body, backends=True)
+        if not isinstance(admitted, Admission):
+            return admitted
+        try:
+            context, raw = parse_context(admitted.body)
+        except ContextError as exc:
+            return refuse(exc, admitted.headers)
+        return Evaluating(admitted, context, raw)
 
     def check_server_key(
         self, key: AccessKey, origin: bytes | None, error_body: ErrorBody

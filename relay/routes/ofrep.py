@@ -19,13 +19,14 @@ its lifetime. It is deterministic, so every relay serving the same version agree
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 
-from relay.http import Request, Response, Router, json_encode, ofrep_error_body
+from relay.http import Headers, Request, Response, Router, json_encode, ofrep_error_body
 from relay.routes import evaluation
 from relay.routes.admission import Admission, Gate
-from relay.routes.contexts import ContextError, parse_context, targeting_key_problem
+from relay.routes.contexts import ContextError, targeting_key_problem
 from relay.routes.sse import EventStreams
 from shared.clock import now_ms
 from shared.engine import ofrep_error_code
@@ -46,6 +47,12 @@ def _failure(code: str, details: str, key: str | None = None) -> bytes:
     return json_encode({"key": key, "errorCode": code, "errorDetails": details})
 
 
+def _context_failure(exc: ContextError, headers: Headers, key: str | None = None) -> Response:
+    """400: ``PARSE_ERROR`` for a body that is not JSON, else ``INVALID_CONTEXT``."""
+    code = "PARSE_ERROR" if exc.malformed else "INVALID_CONTEXT"
+    return Response(400, _failure(code, exc.message, key), headers)
+
+
 def etag_matches(if_none_match: bytes, etag: bytes) -> bool:
     """RFC 9110 weak comparison against a list of entity tags (or ``*``)."""
     if if_none_match == etag:
@@ -64,15 +71,10 @@ class OfrepRoutes:
         self.metrics = gate.metrics
 
     async def bulk(self, request: Request) -> Response:
-        admitted = await self.gate.admit(request, ofrep_error_body, backends=True)
+        admitted = await self.gate.admit_context(request, ofrep_error_body, _context_failure)
         if not isinstance(admitted, Admission):
             return admitted
-        headers = admitted.headers
-        try:
-            context, raw = parse_context(admitted.body)
-        except ContextError as exc:
-            code = "PARSE_ERROR" if exc.malformed else "INVALID_CONTEXT"
-            return Response(400, _failure(code, exc.message), headers)
+        headers, context, raw = admitted.headers, admitted.context, admitted.raw
         problem = targeting_key_problem(context)
         if problem is not None:
             return Response(400, _failure(*problem), headers)
@@ -120,15 +122,11 @@ class OfrepRoutes:
 
     async def single(self, request: Request) -> Response:
         key = request.param or ""
-        admitted = await self.gate.admit(request, ofrep_error_body, backends=True)
+        refuse = functools.partial(_context_failure, key=key)
+        admitted = await self.gate.admit_context(request, ofrep_error_body, refuse)
         if not isinstance(admitted, Admission):
             return admitted
-        headers = admitted.headers
-        try:
-            context, raw = parse_context(admitted.body)
-        except ContextError as exc:
-            code = "PARSE_ERROR" if exc.malformed else "INVALID_CONTEXT"
-            return Response(400, _failure(code, exc.message, key), headers)
+        headers, context, raw = admitted.headers, admitted.context, admitted.raw
         state = admitted.state
         flag = state.compiled.flags.get(key)
         if flag is None or not (flag.client_side or admitted.trusted):

@@ -8,31 +8,10 @@ from types import TracebackType
 
 import httpx
 
-from shared.client.batcher import (
-    BatchingCore,
-    FlushMarker,
-    Outcome,
-    Post,
-    Reply,
-    Sleep,
-    Wait,
-    logger,
-)
+from shared.client.batcher import BatchingCore, Outcome, Post, Reply, Step, Wait, logger
 
 
-class _TaskMarker(FlushMarker):
-    __slots__ = ("done",)
-
-    def __init__(self, baseline: int) -> None:
-        super().__init__(baseline)
-        self.done = asyncio.Event()
-
-    def resolve(self, ok: bool) -> None:
-        self.ok = ok
-        self.done.set()
-
-
-class AsyncVaneClient(BatchingCore):
+class AsyncVaneClient(BatchingCore[httpx.AsyncBaseTransport]):
     """The asyncio twin of :class:`~shared.client.VaneClient`: same batching, retries, counters.
 
     ``track()`` is a plain method that queues and returns; a background task sends the batches
@@ -44,28 +23,7 @@ class AsyncVaneClient(BatchingCore):
     ``transport`` is an ``httpx.AsyncBaseTransport``.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        server_key: str,
-        *,
-        batch_size: int = 500,
-        flush_interval: float = 1.0,
-        max_queue: int = 100_000,
-        timeout: float = 10.0,
-        max_retries: int | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        super().__init__(
-            base_url,
-            server_key,
-            batch_size=batch_size,
-            flush_interval=flush_interval,
-            max_queue=max_queue,
-            timeout=timeout,
-            max_retries=max_retries,
-        )
-        self._transport = transport
+    def _open(self) -> None:
         self._task: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
         self._wake_event: asyncio.Event | None = None
@@ -89,17 +47,17 @@ class AsyncVaneClient(BatchingCore):
         if self._wake_event is not None:
             self._wake_event.set()
 
+    def _sender_running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def flush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (same API as VaneClient)
         """Wait until every event tracked before this call is acknowledged, or ``timeout``.
 
         True if they were all delivered; False on timeout, or if any was rejected or dropped.
         """
-        if self._needs_start:
-            self._start()
-        if self._closing or self._task is None or self._task.done():
+        marker = self._flush_marker(asyncio.Event())
+        if marker is None:
             return self.queued == 0
-        marker = _TaskMarker(self._failed)
-        self._queue_marker(marker)
         try:
             async with asyncio.timeout(timeout):
                 await marker.done.wait()
@@ -147,39 +105,32 @@ class AsyncVaneClient(BatchingCore):
         await self.aclose()
 
     async def _run(self) -> None:
+        steps = self._steps()
+        outcome: Outcome = None
+        while (step := steps.send(outcome)) is not None:
+            outcome = await self._do(step)
+
+    async def _do(self, step: Step) -> Outcome:
+        """Carry out one step of the sender in the sender task: what came of it."""
+        assert self._http is not None
         assert self._wake_event is not None
         assert self._stop_event is not None
-        wake, stop = self._wake_event, self._stop_event
-        sender = self._sender()
-        try:
-            step = next(sender)
-            while True:
-                outcome: Outcome = None
-                if type(step) is Post:
-                    outcome = await self._post(step)
-                elif type(step) is Wait:
-                    await _wait(wake, step.seconds)
-                    wake.clear()
-                elif type(step) is Sleep:
-                    if step.interruptible:
-                        await _wait(stop, step.seconds)
-                    else:
-                        await asyncio.sleep(step.seconds)
-                step = sender.send(outcome)
-        except StopIteration:
-            pass
-        except Exception:
-            logger.exception("vane: event sender stopped by an unexpected error")
-
-    async def _post(self, step: Post) -> Outcome:
-        assert self._http is not None
-        try:
-            response = await self._http.post(
-                self.events_url, content=step.body, timeout=step.timeout
-            )
-        except Exception as exc:  # transport errors, and a client closed under our feet
-            return exc
-        return Reply(response.status_code, response.headers.get("retry-after"), response.content)
+        if isinstance(step, Post):
+            try:
+                response = await self._http.post(
+                    self.events_url, content=step.body, timeout=step.timeout
+                )
+            except Exception as exc:  # transport errors, and a client closed under our feet
+                return exc
+            return Reply.of(response)
+        if isinstance(step, Wait):
+            await _wait(self._wake_event, step.seconds)
+            self._wake_event.clear()
+        elif step.interruptible:
+            await _wait(self._stop_event, step.seconds)
+        else:
+            await asyncio.sleep(step.seconds)
+        return None
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

@@ -3,8 +3,9 @@
 The sending side is written sans-I/O: :meth:`BatchingCore._sender` is a generator that yields
 :class:`Wait`, :class:`Sleep` and :class:`Post` steps and is sent back what came of each (a
 :class:`Reply`, an exception, or nothing). The threaded client runs it on a daemon thread with
-``httpx.Client``, the asyncio client in a task with ``httpx.AsyncClient``; the batching, retry and
-accounting rules live here once.
+``httpx.Client``, the asyncio client in a task with ``httpx.AsyncClient``; the constructor (options,
+defaults, checks), ``track()``, ``flush()``'s markers and the batching, retry and accounting rules
+live here once, and the twins differ only in that I/O.
 
 Why every event carries an ``eventId``: a POST whose answer is lost (timeout, reset connection,
 a relay restarting) may or may not have been stored. Resending is only safe if the server can
@@ -36,7 +37,7 @@ from collections import deque
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeAlias, TypeVar
 
 import msgspec
 
@@ -46,6 +47,9 @@ from shared.wire.body import MAX_BODY_BYTES
 from shared.wire.currencies import ISO_4217
 from shared.wire.events import MAX_BATCH, MAX_PROPS_BYTES, MAX_VALUE, EventIn
 from shared.wire.kinds import kind_problem
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("vane.client")
 
@@ -107,30 +111,50 @@ class Reply:
     retry_after: str | None
     content: bytes
 
+    @classmethod
+    def of(cls, response: httpx.Response) -> Reply:
+        """What the sender reads of an answer, from either flavour's ``httpx`` response."""
+        return cls(response.status_code, response.headers.get("retry-after"), response.content)
+
 
 Step: TypeAlias = Wait | Sleep | Post
 Outcome: TypeAlias = Reply | Exception | None
 
 
-class FlushMarker:
+class _Settable(Protocol):
+    def set(self) -> None: ...
+
+
+DoneT = TypeVar("DoneT", bound=_Settable)  # a threading.Event or an asyncio.Event
+TransportT = TypeVar("TransportT")  # httpx.BaseTransport or httpx.AsyncBaseTransport
+
+
+class FlushMarker(Generic[DoneT]):
     """Queued by ``flush()``; resolved once every event queued before it has been dealt with.
 
     ``baseline`` is the failure count when it was queued: if it grew by the time the marker is
-    reached, something queued before the flush was rejected or abandoned.
+    reached, something queued before the flush was rejected or abandoned. ``done`` is what the
+    flushing caller waits on (the thread's or the task's kind of event); resolving sets it.
     """
 
-    __slots__ = ("baseline", "ok")
+    __slots__ = ("baseline", "done", "ok")
 
-    def __init__(self, baseline: int) -> None:
+    def __init__(self, baseline: int, done: DoneT) -> None:
         self.baseline = baseline
+        self.done = done
         self.ok = False
 
     def resolve(self, ok: bool) -> None:
         self.ok = ok
+        self.done.set()
 
 
-class BatchingCore:
-    """Queue, counters and the sending protocol; subclasses add the thread or the task."""
+class BatchingCore(Generic[TransportT]):
+    """Queue, counters and the sending protocol; subclasses add the thread or the task.
+
+    The constructor (its options, defaults and checks) is both clients' one definition; a
+    subclass opens its side in :meth:`_open`, and drives :meth:`_steps` with its kind of I/O.
+    """
 
     def __init__(
         self,
@@ -142,6 +166,7 @@ class BatchingCore:
         max_queue: int = 100_000,
         timeout: float = 10.0,
         max_retries: int | None = None,
+        transport: TransportT | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
@@ -168,7 +193,8 @@ class BatchingCore:
         self._max_queue = max_queue
         self._timeout = float(timeout)
         self._max_retries = max_retries
-        self._queue: deque[Item | FlushMarker] = deque()
+        self._transport = transport
+        self._queue: deque[Item | FlushMarker[Any]] = deque()
         self._lock = threading.Lock()
         self._new_id_source()
         # track() compares the queue length with _capacity only; close() sets it to 0.
@@ -189,6 +215,7 @@ class BatchingCore:
         self._dropped = 0
         self._rejected = 0
         self._retries = 0
+        self._open()
 
     # -- counters ---------------------------------------------------------------------------
 
@@ -281,6 +308,14 @@ class BatchingCore:
     def _start(self) -> None:
         """Start the sender lazily (the asyncio client needs a running loop)."""
 
+    def _open(self) -> None:
+        """Last in the constructor: set up the sending side (a thread, or a task to come)."""
+        raise NotImplementedError
+
+    def _sender_running(self) -> bool:
+        """Whether the thread or task that sends is alive."""
+        raise NotImplementedError
+
     def _new_id_source(self) -> None:
         # 12 random bytes per client instance and a counter: unique across processes and
         # restarts, and ~10x cheaper per call than uuid4().
@@ -305,7 +340,18 @@ class BatchingCore:
                 )
         return False
 
-    def _queue_marker(self, marker: FlushMarker) -> None:
+    def _flush_marker(self, done: DoneT) -> FlushMarker[DoneT] | None:
+        """Queue a marker for ``flush()`` to wait on ``done`` for; None when there is nothing to
+        wait for (closing, or no sender running): ``flush()`` then answers ``queued == 0``."""
+        if self._needs_start:
+            self._start()
+        if self._closing or not self._sender_running():
+            return None
+        marker = FlushMarker(self._failed, done)
+        self._queue_marker(marker)
+        return marker
+
+    def _queue_marker(self, marker: FlushMarker[Any]) -> None:
         with self._lock:
             self._markers_queued += 1
             self._queue.append(marker)
@@ -352,6 +398,15 @@ class BatchingCore:
 
     # -- the sending side (sans-I/O) --------------------------------------------------------
 
+    def _steps(self) -> Generator[Step | None, Outcome, None]:
+        """The sender as a driver runs it: ``send()`` it each step's outcome (None to begin)
+        until it gives None. An unexpected error in the sender is logged and ends it."""
+        try:
+            yield from self._sender()
+        except Exception:
+            logger.exception("vane: event sender stopped by an unexpected error")
+        yield None
+
     def _sender(self) -> Generator[Step, Outcome, None]:
         """Run until closed: send full batches at once, the rest every flush_interval."""
         queue = self._queue
@@ -378,11 +433,11 @@ class BatchingCore:
             yield Wait(max(0.0, next_due - time.monotonic()))
             self._wake_pending = False
 
-    def _take(self) -> tuple[list[Item], list[FlushMarker]]:
+    def _take(self) -> tuple[list[Item], list[FlushMarker[Any]]]:
         """Up to batch_size events from the head of the queue, stopping after a flush marker."""
         queue = self._queue
         events: list[Item] = []
-        markers: list[FlushMarker] = []
+        markers: list[FlushMarker[Any]] = []
         limit = self._batch_size
         while queue and len(events) < limit:
             item = queue.popleft()

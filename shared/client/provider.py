@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 from openfeature.evaluation_context import EvaluationContext
@@ -35,6 +35,7 @@ from openfeature.provider import AbstractProvider, Metadata
 
 from shared.backoff import Backoff
 from shared.client.async_client import AsyncVaneClient
+from shared.client.batcher import BatchingCore, TransportT
 from shared.client.flags import Details, FeedOutOfStep, FirstExposures, FlagSet, SseParser, details
 from shared.client.sync_client import VaneClient
 from shared.clock import now_ms
@@ -44,7 +45,9 @@ from shared.wire.kinds import USER, kind_problem
 logger = logging.getLogger("vane.provider")
 
 T = TypeVar("T")
+ClientT = TypeVar("ClientT", bound=BatchingCore[Any])  # VaneClient or AsyncVaneClient
 FEED_PATH = "/api/v1/snapshot/stream"
+_REFUSED = (401, 403)  # the feed's answers to a key that may not read it
 _MISSING = Details(None, None, "ERROR", "PROVIDER_NOT_READY", "no snapshot yet", 0)
 _ERROR_CODES = {
     "FLAG_NOT_FOUND": ErrorCode.FLAG_NOT_FOUND,
@@ -69,17 +72,25 @@ def context_of(evaluation_context: EvaluationContext | None) -> dict[str, Any]:
     return context
 
 
-class _Core(AbstractProvider):
-    """What both flavours share: the flag set, resolution, events and exposures."""
+class _Core(AbstractProvider, Generic[ClientT, TransportT]):
+    """What both flavours share: the constructor, the flag set, resolution, events, exposures.
+
+    A flavour names its client class (``_client_class``), opens its ``httpx`` client in
+    :meth:`_open`, and follows the feed with its kind of I/O.
+    """
+
+    _client_class: type[ClientT]
 
     def __init__(
         self,
         base_url: str,
         server_key: str,
         *,
-        track_exposures: bool,
-        init_timeout: float,
-        read_timeout: float,
+        client: ClientT | None = None,
+        track_exposures: bool = True,
+        init_timeout: float = 10.0,
+        read_timeout: float = 45.0,
+        transport: TransportT | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {server_key}", "Accept": "text/event-stream"}
@@ -92,6 +103,17 @@ class _Core(AbstractProvider):
         self.ready_event = threading.Event()
         self.last_error: str | None = None
         self._initialized = False  # initialize() returned (the SDK emitted READY or ERROR)
+        self._own_client = client is None and track_exposures
+        self.client = client or (
+            self._client_class(base_url, server_key, transport=transport)
+            if track_exposures
+            else None
+        )
+        self._open(httpx.Timeout(10.0, read=read_timeout), transport)
+
+    def _open(self, timeout: httpx.Timeout, transport: TransportT | None) -> None:
+        """Last in the constructor: open the feed's ``httpx`` client (and the thread's state)."""
+        raise NotImplementedError
 
     def get_metadata(self) -> Metadata:
         return Metadata(name="vane")
@@ -132,7 +154,24 @@ class _Core(AbstractProvider):
             self.stale = True
             self.emit_provider_stale(ProviderEventDetails(message=f"feed lost: {reason}"))
 
-    def _refused(self, status: int, text: str) -> None:
+    def _following(self, status: int, backoff: Backoff) -> SseParser:
+        """The feed answered ``status`` (not a refusal): a parser for its lines if it is 200."""
+        if status != 200:
+            raise ConnectionError(f"HTTP {status}")
+        self.connected = True
+        backoff.reset()
+        return SseParser()
+
+    def _interrupted(self, exc: Exception) -> bool:
+        """The feed failed with ``exc``: True to reconnect at once, False after a backoff."""
+        if isinstance(exc, FeedOutOfStep):  # the relay sends a full snapshot on reconnecting
+            logger.info("vane provider: %s; reloading the snapshot", exc)
+            return True
+        self._lost(str(exc) or type(exc).__name__)
+        return False
+
+    def _refused(self, status: int, body: bytes) -> None:
+        text = body.decode("utf-8", "replace")
         message = f"the relay refused the server key ({status}): {text[:200]}"
         self.last_error = message
         logger.error("vane provider: %s", message)
@@ -245,7 +284,9 @@ class _Core(AbstractProvider):
     def _track(
         self, unit: str, kind: str | None, event: str, props: dict[str, Any], event_id: str
     ) -> bool:
-        raise NotImplementedError
+        return self.client is not None and self.client.track(
+            unit, event, props=props, event_id=event_id, unit_kind=kind
+        )
 
 
 def _is_bool(value: Any) -> bool:
@@ -268,7 +309,7 @@ def _is_object(value: Any) -> bool:
     return isinstance(value, dict | list)
 
 
-class VaneProvider(_Core):
+class VaneProvider(_Core[VaneClient, httpx.BaseTransport]):
     """The threaded flavour: the feed runs on a daemon thread; evaluation is lock-free.
 
     ``client``: the ``VaneClient`` that reports first exposures (and that the application may use
@@ -276,31 +317,10 @@ class VaneProvider(_Core):
     provider opens its own, closed with it.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        server_key: str,
-        *,
-        client: VaneClient | None = None,
-        track_exposures: bool = True,
-        init_timeout: float = 10.0,
-        read_timeout: float = 45.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        super().__init__(
-            base_url,
-            server_key,
-            track_exposures=track_exposures,
-            init_timeout=init_timeout,
-            read_timeout=read_timeout,
-        )
-        self._own_client = client is None and track_exposures
-        self.client = client or (
-            VaneClient(base_url, server_key, transport=transport) if track_exposures else None
-        )
-        self._http = httpx.Client(
-            timeout=httpx.Timeout(10.0, read=read_timeout), transport=transport
-        )
+    _client_class = VaneClient
+
+    def _open(self, timeout: httpx.Timeout, transport: httpx.BaseTransport | None) -> None:
+        self._http = httpx.Client(timeout=timeout, transport=transport)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._response: httpx.Response | None = None
@@ -325,13 +345,6 @@ class VaneProvider(_Core):
         self._http.close()
         if self._own_client and self.client is not None:
             self.client.close()
-
-    def _track(
-        self, unit: str, kind: str | None, event: str, props: dict[str, Any], event_id: str
-    ) -> bool:
-        return self.client is not None and self.client.track(
-            unit, event, props=props, event_id=event_id, unit_kind=kind
-        )
 
     def track(
         self,
@@ -371,62 +384,34 @@ class VaneProvider(_Core):
                     "GET", feed_url(self.base_url), headers=self._request_headers()
                 ) as response:
                     self._response = response
-                    if response.status_code in (401, 403):
-                        text = response.read().decode("utf-8", "replace")
-                        self._refused(response.status_code, text)
-                    elif response.status_code != 200:
-                        raise ConnectionError(f"HTTP {response.status_code}")
+                    if response.status_code in _REFUSED:
+                        self._refused(response.status_code, response.read())
                     else:
-                        self.connected = True
-                        backoff.reset()
-                        parser = SseParser()
+                        parser = self._following(response.status_code, backoff)
                         for line in response.iter_lines():
                             self._on_line(parser, line)
                         raise ConnectionError("the feed ended")
-            except FeedOutOfStep as exc:  # reconnect at once: the relay sends a full snapshot
-                logger.info("vane provider: %s; reloading the snapshot", exc)
-                continue
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                self._lost(str(exc) or type(exc).__name__)
+                if self._interrupted(exc):
+                    continue
             finally:
                 self._response = None
             self._stop.wait(backoff.failed())
 
 
-class AsyncVaneProvider(_Core):
+class AsyncVaneProvider(_Core[AsyncVaneClient, httpx.AsyncBaseTransport]):
     """The asyncio flavour: the feed is a task on the application's event loop.
 
     ``await provider.start()`` (waits for the first snapshot) before ``api.set_provider``; the SDK's
     ``initialize`` then finds it ready. ``client`` is an ``AsyncVaneClient`` to share.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        server_key: str,
-        *,
-        client: AsyncVaneClient | None = None,
-        track_exposures: bool = True,
-        init_timeout: float = 10.0,
-        read_timeout: float = 45.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        super().__init__(
-            base_url,
-            server_key,
-            track_exposures=track_exposures,
-            init_timeout=init_timeout,
-            read_timeout=read_timeout,
-        )
-        self._own_client = client is None and track_exposures
-        self.client = client or (
-            AsyncVaneClient(base_url, server_key, transport=transport) if track_exposures else None
-        )
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(10.0, read=read_timeout), transport=transport
-        )
+    _client_class = AsyncVaneClient
+
+    def _open(self, timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport | None) -> None:
+        self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -461,13 +446,6 @@ class AsyncVaneProvider(_Core):
         if self._task is not None:
             self._task.cancel()
 
-    def _track(
-        self, unit: str, kind: str | None, event: str, props: dict[str, Any], event_id: str
-    ) -> bool:
-        return self.client is not None and self.client.track(
-            unit, event, props=props, event_id=event_id, unit_kind=kind
-        )
-
     async def _run(self) -> None:
         backoff = Backoff(base=0.1, cap=10.0)
         while True:
@@ -475,23 +453,14 @@ class AsyncVaneProvider(_Core):
                 async with self._http.stream(
                     "GET", feed_url(self.base_url), headers=self._request_headers()
                 ) as response:
-                    if response.status_code in (401, 403):
-                        text = (await response.aread()).decode("utf-8", "replace")
-                        self._refused(response.status_code, text)
-                    elif response.status_code != 200:
-                        raise ConnectionError(f"HTTP {response.status_code}")
+                    if response.status_code in _REFUSED:
+                        self._refused(response.status_code, await response.aread())
                     else:
-                        self.connected = True
-                        backoff.reset()
-                        parser = SseParser()
+                        parser = self._following(response.status_code, backoff)
                         async for line in response.aiter_lines():
                             self._on_line(parser, line)
                         raise ConnectionError("the feed ended")
-            except asyncio.CancelledError:
-                raise
-            except FeedOutOfStep as exc:
-                logger.info("vane provider: %s; reloading the snapshot", exc)
-                continue
             except Exception as exc:
-                self._lost(str(exc) or type(exc).__name__)
+                if self._interrupted(exc):
+                    continue
             await asyncio.sleep(backoff.failed())

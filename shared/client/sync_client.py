@@ -11,33 +11,12 @@ from types import TracebackType
 
 import httpx
 
-from shared.client.batcher import (
-    BatchingCore,
-    FlushMarker,
-    Outcome,
-    Post,
-    Reply,
-    Sleep,
-    Wait,
-    logger,
-)
+from shared.client.batcher import BatchingCore, Outcome, Post, Reply, Step, Wait, logger
 
 _live: weakref.WeakSet[VaneClient] = weakref.WeakSet()
 
 
-class _ThreadMarker(FlushMarker):
-    __slots__ = ("done",)
-
-    def __init__(self, baseline: int) -> None:
-        super().__init__(baseline)
-        self.done = threading.Event()
-
-    def resolve(self, ok: bool) -> None:
-        self.ok = ok
-        self.done.set()
-
-
-class VaneClient(BatchingCore):
+class VaneClient(BatchingCore[httpx.BaseTransport]):
     """Sends events to ``POST {base_url}/api/v1/events`` from a background daemon thread.
 
     ``track()`` only validates and appends to a bounded in-memory queue; a daemon thread sends
@@ -51,28 +30,7 @@ class VaneClient(BatchingCore):
     ``transport`` is an ``httpx.BaseTransport`` (for example a proxy or a test transport).
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        server_key: str,
-        *,
-        batch_size: int = 500,
-        flush_interval: float = 1.0,
-        max_queue: int = 100_000,
-        timeout: float = 10.0,
-        max_retries: int | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        super().__init__(
-            base_url,
-            server_key,
-            batch_size=batch_size,
-            flush_interval=flush_interval,
-            max_queue=max_queue,
-            timeout=timeout,
-            max_retries=max_retries,
-        )
-        self._transport = transport
+    def _open(self) -> None:
         self._open_sender()
         atexit.register(self.close)
         _live.add(self)
@@ -92,15 +50,17 @@ class VaneClient(BatchingCore):
     def _wake(self) -> None:
         self._wake_event.set()
 
+    def _sender_running(self) -> bool:
+        return self._thread.is_alive()
+
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every event tracked before this call is acknowledged, or ``timeout``.
 
         True if they were all delivered; False on timeout, or if any was rejected or dropped.
         """
-        if self._closing or not self._thread.is_alive():
+        marker = self._flush_marker(threading.Event())
+        if marker is None:
             return self.queued == 0
-        marker = _ThreadMarker(self._failed)
-        self._queue_marker(marker)
         return marker.done.wait(timeout) and marker.ok
 
     def close(self, timeout: float = 10.0) -> None:
@@ -133,33 +93,27 @@ class VaneClient(BatchingCore):
         self.close()
 
     def _run(self) -> None:
-        sender = self._sender()
-        try:
-            step = next(sender)
-            while True:
-                outcome: Outcome = None
-                if type(step) is Post:
-                    outcome = self._post(step)
-                elif type(step) is Wait:
-                    self._wake_event.wait(step.seconds)
-                    self._wake_event.clear()
-                elif type(step) is Sleep:
-                    if step.interruptible:
-                        self._stop_event.wait(step.seconds)
-                    else:
-                        time.sleep(step.seconds)
-                step = sender.send(outcome)
-        except StopIteration:
-            pass
-        except Exception:
-            logger.exception("vane: event sender stopped by an unexpected error")
+        steps = self._steps()
+        outcome: Outcome = None
+        while (step := steps.send(outcome)) is not None:
+            outcome = self._do(step)
 
-    def _post(self, step: Post) -> Outcome:
-        try:
-            response = self._http.post(self.events_url, content=step.body, timeout=step.timeout)
-        except Exception as exc:  # transport errors, and a client closed under our feet
-            return exc
-        return Reply(response.status_code, response.headers.get("retry-after"), response.content)
+    def _do(self, step: Step) -> Outcome:
+        """Carry out one step of the sender on the sender thread: what came of it."""
+        if isinstance(step, Post):
+            try:
+                response = self._http.post(self.events_url, content=step.body, timeout=step.timeout)
+            except Exception as exc:  # transport errors, and a client closed under our feet
+                return exc
+            return Reply.of(response)
+        if isinstance(step, Wait):
+            self._wake_event.wait(step.seconds)
+            self._wake_event.clear()
+        elif step.interruptible:
+            self._stop_event.wait(step.seconds)
+        else:
+            time.sleep(step.seconds)
+        return None
 
     def _reset_after_fork(self) -> None:
         if self._closed:
