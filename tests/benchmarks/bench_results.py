@@ -39,7 +39,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from control_plane.db.engine import make_async_engine
 from control_plane.db.migrate import upgrade
 from control_plane.domain.results import cache
-from control_plane.domain.results.subject import MetricDef, analyse_subject
+from control_plane.domain.results.metric import MetricDef
+from control_plane.domain.results.subject import analyse_subject
 from control_plane.domain.results.units import Slicer
 from tests.benchmarks.common import Row, log, print_table, wait_quiet
 from tests.conftest import POSTGRES_URL, PostgresDatabases

@@ -16,18 +16,12 @@ from control_plane.domain.experiments.power import MIN_RELATIVE_EFFECT
 from control_plane.domain.experiments.services import CONTROL, experiment_out, find
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.caps import percentile_cap
+from control_plane.domain.results.forecast import running_days
+from control_plane.domain.results.metric import ALPHA, MetricDef, capping_block, metric_specs
 from control_plane.domain.results.slices import describe as describe_slice
 from control_plane.domain.results.slices import one_slice, parse_split
 from control_plane.domain.results.sql import MetricSpec
-from control_plane.domain.results.subject import (
-    ALPHA,
-    DEFAULT_TARGET_EFFECT,
-    MetricDef,
-    analyse_subject,
-    capping_block,
-    metric_specs,
-    running_days,
-)
+from control_plane.domain.results.subject import DEFAULT_TARGET_EFFECT, analyse_subject
 from control_plane.domain.results.timeseries import DayIncrement, cumulative_days, day_increments
 from control_plane.domain.results.units import Slicer
 from control_plane.errors import FieldError, invalid, invalid_many

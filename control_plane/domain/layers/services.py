@@ -22,7 +22,9 @@ from control_plane.domain.common import Scope
 from control_plane.domain.layers import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.cache import cached
-from control_plane.domain.results.subject import MetricDef, analyse_subject, running_days
+from control_plane.domain.results.forecast import running_days
+from control_plane.domain.results.metric import MetricDef
+from control_plane.domain.results.subject import analyse_subject
 from control_plane.domain.rows import find_metric, forget_exposures, take_given, written_once
 from control_plane.errors import conflict, not_found
 from shared.engine.experiments import GENERAL, HOLDOUT

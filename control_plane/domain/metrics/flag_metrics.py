@@ -13,7 +13,8 @@ from control_plane.db.models import FlagMetric, Metric
 from control_plane.domain.common import Scope
 from control_plane.domain.metrics.schemas import FlagMetrics, FlagMetricsIn
 from control_plane.domain.problems import Problems
-from control_plane.domain.results.subject import MetricDef, analyse_subject
+from control_plane.domain.results.metric import MetricDef
+from control_plane.domain.results.subject import analyse_subject
 from control_plane.domain.rows import find_flag, find_metric, touch_all_settings, variation_indexes
 from control_plane.errors import invalid
 

@@ -13,7 +13,7 @@ from control_plane.domain import problems as base
 from control_plane.domain.common import Scope
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.paging import Page, paged
-from control_plane.domain.results.subject import CAPPED, READS_VALUE
+from control_plane.domain.results.metric import CAPPED, READS_VALUE
 from control_plane.domain.rows import find_metric, written_once
 from control_plane.errors import conflict, not_found
 from shared.wire.currencies import ISO_4217
