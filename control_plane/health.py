@@ -106,8 +106,8 @@ class PublishingCollector(Collector):
         )
         for env, items in sorted(hub.left_out.items()):
             left_out.add_metric([hub.names.get(env, env)], len(items))
-        for feed in sorted(hub.feeds.values(), key=lambda feed: feed.key):
-            version.add_metric([feed.key], feed.version)
+        for history in sorted(hub.histories.values(), key=lambda history: history.key):
+            version.add_metric([history.key], history.version)
         yield left_out
         yield version
         yield GaugeMetricFamily(

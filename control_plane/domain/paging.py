@@ -4,20 +4,24 @@
 A cursor names the list it came from and the sort value of the last item shown; the next page
 starts strictly after it, so items created or deleted between two requests never make another
 item appear twice or be skipped. Each list is ordered by one unique column (a flag's key, an
-experiment's time-sortable id, ...).
+experiment's time-sortable id, ...), or by columns unique together (the events: time, then id).
+
+Every list's cursor is opaque (``OPAQUE``), but two answered theirs before this module was theirs
+and keep them, as clients may hold them: the audit's is its last entry's id, the events' their
+last one's ``ts:id``. Their ``CursorFormat`` is written by their service.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 from litestar.params import QueryParameter
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute
 
 from control_plane.domain.common import Scope
@@ -67,6 +71,39 @@ def decode_cursor(list_name: str, cursor: str) -> str:
     return position.after
 
 
+Position = tuple[Any, ...]
+"""The values of a list's order columns at an item: where the next page starts after."""
+
+
+@dataclass(frozen=True, slots=True)
+class CursorFormat:
+    """How a list spells a position as a cursor (``encode(list_name, position)``) and reads it
+    back (``decode(list_name, cursor)``: the position, or 422 naming ``cursor``)."""
+
+    encode: Callable[[str, Position], str]
+    decode: Callable[[str, str], Position]
+
+
+OPAQUE = CursorFormat(
+    encode=lambda list_name, position: encode_cursor(list_name, position[0]),
+    decode=lambda list_name, cursor: (decode_cursor(list_name, cursor),),
+)
+"""The cursor of every list but the audit's and the events': the list's name and the last item's
+sort value (one column, a string), in base64."""
+
+
+def _beyond(
+    columns: Sequence[InstrumentedAttribute[Any]], position: Position, descending: bool
+) -> ColumnElement[bool]:
+    """The rows strictly after ``position`` in the order of ``columns``: (a, b) after (x, y) is
+    a after x, or a = x and b after y."""
+    first, value = columns[0], position[0]
+    after: ColumnElement[bool] = first < value if descending else first > value
+    if len(columns) == 1:
+        return after
+    return or_(after, and_(first == value, _beyond(columns[1:], position[1:], descending)))
+
+
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
     items: list[T]
@@ -80,7 +117,7 @@ class Page(Generic[T]):
 async def paged(
     scope: Scope,
     query: Select[*tuple[Any, ...]],
-    order: InstrumentedAttribute[str],
+    order: InstrumentedAttribute[str] | tuple[InstrumentedAttribute[Any], ...],
     *,
     list_name: str,
     limit: int,
@@ -88,26 +125,30 @@ async def paged(
     convert: Callable[[list[Any]], Awaitable[list[T]]],
     descending: bool = False,
     offset: int = 0,
+    cursors: CursorFormat = OPAQUE,
 ) -> Page[T]:
-    """One page of ``query`` ordered by the unique column ``order`` (newest first with
-    ``descending`` and a time-sortable id). ``convert`` gets what the query selects per row: the
-    entity when it selects one, else the row's tuple. ``offset`` skips that many items first
-    (a numbered page, as the console's lists show them; the API continues by cursor)."""
+    """One page of ``query`` ordered by the unique column ``order``, or by the columns of a
+    tuple (unique together, the first first), newest first with ``descending`` and a
+    time-sortable id. ``convert`` gets what the query selects per row: the entity when it
+    selects one, else the row's tuple. ``offset`` skips that many items first (a numbered page,
+    as the console's lists show them; the API continues by cursor). ``cursors`` spells the
+    cursor (``OPAQUE`` but for the lists that answered their own before)."""
+    columns = order if isinstance(order, tuple) else (order,)
     if cursor is not None:
-        after = decode_cursor(list_name, cursor)
-        query = query.where(order < after if descending else order > after)
+        query = query.where(_beyond(columns, cursors.decode(list_name, cursor), descending))
     query = (
-        query.add_columns(order.label("page_position"))
-        .order_by(order.desc() if descending else order)
+        query.add_columns(*(c.label(f"page_position_{i}") for i, c in enumerate(columns)))
+        .order_by(*(c.desc() if descending else c for c in columns))
         .offset(max(offset, 0))
         .limit(limit + 1)
     )
     rows = list((await scope.session.execute(query)).all())
     more = len(rows) > limit
     rows = rows[:limit]
-    last: str | None = rows[-1].page_position if more and rows else None
-    selected = [row[0] if len(row) == 2 else tuple(row)[:-1] for row in rows]
-    return Page(await convert(selected), encode_cursor(list_name, last) if last else None)
+    width = len(columns)
+    last = tuple(rows[-1])[-width:] if more and rows else None
+    selected = [row[0] if len(row) == width + 1 else tuple(row)[:-width] for row in rows]
+    return Page(await convert(selected), cursors.encode(list_name, last) if last else None)
 
 
 async def counted(scope: Scope, query: Select[*tuple[Any, ...]]) -> int:

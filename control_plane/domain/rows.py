@@ -1,34 +1,68 @@
 """A project's rows as several domains find them, by the names the API uses, and the small rules
 on them that belong to no one use case.
 
-A base of the domains (beside ``common``, ``problems`` and ``targeting``): flags, schedules and
-flag metrics all find a flag by its key and a flag's setting in an environment; experiments and
-flag metrics both name a metric by its id or its key. Each rule is written here once, so no domain
-imports another for it.
+A base of the domains (beside ``common``, ``problems`` and ``targeting``): every domain finds
+its rows by the key (or the id) its routes name, 404 when there is none (``find_by_key``); flags,
+schedules and flag metrics all find a flag by its key and a flag's setting in an environment;
+experiments and flag metrics both name a metric by its id or its key. Each rule is written here
+once, so no domain imports another for it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from sqlalchemy import delete, or_, select
 from sqlalchemy.exc import IntegrityError
 
-from control_plane.db.models import Environment, Exposure, Flag, FlagSetting, Metric
+from control_plane.db.models import Base, Environment, Exposure, Flag, FlagSetting, Metric
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.errors import ApiError, conflict, not_found
 
+Row = TypeVar("Row", bound=Base)
+
+BY_KEY = ("key",)
+BY_ID = ("id",)
+BY_ID_OR_KEY = ("id", "key")
+"""What a route's name of a resource may be: its key (flags, segments), its id (webhooks), or
+either (experiments, layers, holdouts, metrics)."""
+
+
+async def lookup(
+    scope: Scope,
+    model: type[Row],
+    key: str,
+    *,
+    by: tuple[str, ...] = BY_KEY,
+) -> Row | None:
+    """The project's ``model`` row whose column ``by`` (any one of them) is ``key``, or None."""
+    # every model a route names has a project_id (not on Base: mypy cannot know it)
+    owned = getattr(model, "project_id") == scope.project_id  # noqa: B009
+    named = or_(*(getattr(model, column) == key for column in by))
+    return await scope.session.scalar(select(model).where(owned, named))
+
+
+async def find_by_key(
+    scope: Scope,
+    model: type[Row],
+    what: str,
+    key: str,
+    *,
+    by: tuple[str, ...] = BY_KEY,
+) -> Row:
+    """The project's ``model`` row named ``key`` (``lookup``), or 404 "``what`` 'key' not
+    found" (``what`` is the resource without its article: "flag", "webhook")."""
+    row = await lookup(scope, model, key, by=by)
+    if row is None:
+        raise not_found(what, key)
+    return row
+
 
 async def find_flag(scope: Scope, key: str) -> Flag:
     """The project's flag ``key`` (archived or not), or 404."""
-    flag = await scope.session.scalar(
-        select(Flag).where(Flag.project_id == scope.project_id, Flag.key == key)
-    )
-    if flag is None:
-        raise not_found("flag", key)
-    return flag
+    return await find_by_key(scope, Flag, "flag", key)
 
 
 async def flag_setting(
@@ -71,12 +105,7 @@ async def touch_all_settings(scope: Scope, flag: Flag) -> None:
 
 async def find_metric(scope: Scope, id_or_key: str) -> Metric | None:
     """The project's metric named by its id or its key, or None."""
-    return await scope.session.scalar(
-        select(Metric).where(
-            Metric.project_id == scope.project_id,
-            or_(Metric.id == id_or_key, Metric.key == id_or_key),
-        )
-    )
+    return await lookup(scope, Metric, id_or_key, by=BY_ID_OR_KEY)
 
 
 def private_attributes(scope: Scope) -> tuple[str, ...]:

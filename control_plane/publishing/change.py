@@ -1,8 +1,9 @@
 """What one commit changed in the snapshots, by environment: the message a service gathers
 (``Scope.changed``), the publisher takes to this replica's hub, and replicas exchange over Redis.
 
-The package has one direction: ``change`` (this message) ← ``hub`` (builds and serves feeds) ←
-``publisher`` (takes changes to hubs) ← ``stream`` / ``provider_feed`` (the connections).
+The package has one direction: ``change`` (this message) ← ``hub`` (builds and serves each
+environment's history) ← ``publisher`` (takes changes to hubs) ← ``stream`` / ``provider_feed``
+(the connections).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Per-environment snapshot feeds and the relays connected to this control-plane replica.
+"""Per-environment histories (an environment's current snapshot and the recent patches to it)
+and the relays connected to this control-plane replica.
 
 After a commit, ``Hub.apply`` takes what it changed (from the publisher) and, per environment,
 reads only that from the database (``domain.snapshots.compile_change``: the changed flags and
 segments) into the next snapshot and the patch from the previous version, then marks the
 environment pending on every relay connection that reads it. Only when the hub does not hold the version
-just before the commit's (it missed a change, or never built the feed) or the change is not one
+just before the commit's (it missed a change, or never built the history) or the change is not one
 of flags, segments, experiments or access, does it compile the whole environment
 (``Hub.refresh``, also what the reconciler uses). The full snapshot frame is encoded only when a
 relay needs it.
@@ -19,12 +20,12 @@ missed, data written behind the API): every snapshot is compiled as relays compi
 is published (``compiled_as_relays_would``), and what does not compile is never sent: the
 item it names is left out like one the wire cannot carry (counted in the failures, too), so a
 kill switch of any other flag still goes out at once.
-Deleted environments (``Change.removed``, or found gone by the reconciler) leave every feed and
-connection at once: a relay is sent a new ``Welcome`` without them, a provider's stream ends.
+Deleted environments (``Change.removed``, or found gone by the reconciler) leave every history
+and connection at once: a relay is sent a new ``Welcome`` without them, a provider's stream ends.
 
 Delivery is latest-wins per relay: a connection holds at most one pending marker per
 environment, and its sender decides at send time what to send — nothing if the relay is
-current, the chain of patches from the relay's version if the feed still has it, or the full
+current, the chain of patches from the relay's version if the history still has it, or the full
 snapshot. A slow relay therefore never queues more than one item per environment, and never
 delays the others (each connection has its own sender task).
 """
@@ -122,10 +123,10 @@ def leave_out_item(snapshot: Snapshot, previous: Snapshot | None, kind: str, key
 
 
 def compiled_as_relays_would(
-    snapshot: Snapshot, old: Feed | None, patch: p.Patch | None
+    snapshot: Snapshot, old: History | None, patch: p.Patch | None
 ) -> CompiledEnvironment:
     """``snapshot`` compiled with the engine relays run (``shared.engine``, strict, as
-    ``relay.store``), from the previous feed's compiled form where there is one, so a patch
+    ``relay.store``), from the previous history's compiled form where there is one, so a patch
     costs what it changed; raises ``Unpublishable`` saying why a relay would refuse it."""
     try:
         if old is not None and old.compiled is not None and patch is not None:
@@ -139,7 +140,7 @@ def compiled_as_relays_would(
 
 
 @dataclass
-class Feed:
+class History:
     """The newest snapshot of one environment and the recent patches that led to it."""
 
     environment_id: str
@@ -235,7 +236,7 @@ class Connection:
 class Hub:
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         self._sessionmaker = self.sessionmaker = sessionmaker
-        self.feeds: dict[str, Feed] = {}
+        self.histories: dict[str, History] = {}
         self.connections: set[Connection] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._announced: dict[str, int] = {}  # environment id -> changes announced, not applied
@@ -246,7 +247,7 @@ class Hub:
         self.failures: dict[str, int] = {}
         self.names: dict[str, str] = {}  # environment id -> key, for reports
 
-    # --- building feeds ---------------------------------------------------------------------
+    # --- building histories -----------------------------------------------------------------
 
     async def _access(self, session: AsyncSession, environment: Environment) -> p.Access:
         rows = await session.execute(
@@ -293,13 +294,13 @@ class Hub:
             access = await self._access(session, environment)
             return environment.project_id, snapshot, access
 
-    async def feed(self, environment_id: str) -> Feed | None:
-        """The environment's feed, compiled on first use."""
-        feed = self.feeds.get(environment_id)
-        if feed is None:
+    async def history(self, environment_id: str) -> History | None:
+        """The environment's history, compiled on first use."""
+        history = self.histories.get(environment_id)
+        if history is None:
             await self.refresh_one(environment_id)
-            feed = self.feeds.get(environment_id)
-        return feed
+            history = self.histories.get(environment_id)
+        return history
 
     def announce(self, change: Change) -> None:
         """A committed change is on its way to ``apply``: the reconciler leaves its environments
@@ -377,16 +378,16 @@ class Hub:
         return found
 
     def remove(self, environment_id: str) -> None:
-        """``environment_id`` was deleted: drop its feed, and tell every relay and provider that
+        """``environment_id`` was deleted: drop its history, and tell every relay and provider that
         reads it (a relay gets a new ``Welcome`` without it; a provider's stream ends)."""
-        feed = self.feeds.pop(environment_id, None)
-        key = feed.key if feed is not None else self.names.get(environment_id)
+        history = self.histories.pop(environment_id, None)
+        key = history.key if history is not None else self.names.get(environment_id)
         for report in (self.failing, self.left_out, self.names):
             report.pop(environment_id, None)
         for connection in self.connections:
             if environment_id in connection.environment_ids:
                 connection.drop(environment_id, key)
-        if feed is not None:
+        if history is not None:
             logger.info("environment %s was deleted; its relays and providers drop it", key)
 
     async def apply_one(
@@ -394,9 +395,9 @@ class Hub:
     ) -> None:
         lock = self._locks.setdefault(environment_id, asyncio.Lock())
         async with lock:
-            old = self.feeds.get(environment_id)
+            old = self.histories.get(environment_id)
             if old is None:
-                pass  # no relay read it yet: compiled when one does (``feed``), not now
+                pass  # no relay read it yet: compiled when one does (``history``), not now
             elif "environment" in what.reasons:
                 built = await self._build(environment_id, old.version)
                 if built is None:
@@ -442,18 +443,21 @@ class Hub:
         project_id: str,
         snapshot: Snapshot,
         access: p.Access,
-        old: Feed | None,
+        old: History | None,
         patch: p.Patch | None,
     ) -> None:
-        """Make ``snapshot`` the environment's feed; keep the patch from ``old`` to it. Whatever
-        cannot be encoded is left out and reported, never allowed to stop the rest."""
+        """Make ``snapshot`` the newest of the environment's history; keep the patch from ``old``
+        to it. Whatever cannot be encoded is left out and reported, never allowed to stop the
+        rest."""
         self.names[environment_id] = snapshot.environment
         previous = old.snapshot if old is not None else None
         new_access = access if old is None or access != old.access else None
         found: dict[str, str] = {}  # what this snapshot leaves out, and why
         for _ in range(sum(len(getattr(snapshot, kind)) for kind in ITEM_KINDS) + 1):
             try:
-                feed, patch = self._feed(environment_id, project_id, snapshot, access, old, patch)
+                history, patch = self._history(
+                    environment_id, project_id, snapshot, access, old, patch
+                )
                 break
             except UNENCODABLE:
                 snapshot, unencodable = leave_out_unencodable(snapshot, previous)
@@ -497,31 +501,31 @@ class Hub:
                         left.pop(f"{kind}.{key}", None)
         if not left:
             self.left_out.pop(environment_id, None)
-        self.feeds[environment_id] = feed
+        self.histories[environment_id] = history
 
     @staticmethod
-    def _feed(
+    def _history(
         environment_id: str,
         project_id: str,
         snapshot: Snapshot,
         access: p.Access,
-        old: Feed | None,
+        old: History | None,
         patch: p.Patch | None,
-    ) -> tuple[Feed, p.Patch | None]:
-        """The feed of ``snapshot`` with its frame encoded (the patch from ``old``, or the full
-        snapshot for a first feed): raises ``UNENCODABLE`` if the wire cannot carry it."""
-        feed = Feed(environment_id, project_id, snapshot, access)
+    ) -> tuple[History, p.Patch | None]:
+        """The history with ``snapshot`` newest, its frame encoded (the patch from ``old``, or the
+        full snapshot for a first history): raises ``UNENCODABLE`` if the wire cannot carry it."""
+        history = History(environment_id, project_id, snapshot, access)
         if old is None:
-            feed.compiled = compiled_as_relays_would(snapshot, None, None)
-            feed.full_frame  # noqa: B018 - encoded now: a relay reads this feed next
-            return feed, None
+            history.compiled = compiled_as_relays_would(snapshot, None, None)
+            history.full_frame  # noqa: B018 - encoded now: a relay reads this history next
+            return history, None
         if patch is None:
             patch = p.diff(old.snapshot, snapshot, access if access != old.access else None)
-        feed.compiled = compiled_as_relays_would(snapshot, old, patch)
+        history.compiled = compiled_as_relays_would(snapshot, old, patch)
         frame = p.encode(patch)
-        feed.patches = old.patches
-        feed.patches.append((patch, frame))
-        return feed, patch
+        history.patches = old.patches
+        history.patches.append((patch, frame))
+        return history, patch
 
     async def refresh(self, environment_ids: Iterable[str]) -> None:
         for environment_id in sorted(set(environment_ids)):
@@ -531,7 +535,7 @@ class Hub:
         """Recompile one environment; if its version moved on, tell every relay that reads it."""
         lock = self._locks.setdefault(environment_id, asyncio.Lock())
         async with lock:
-            old = self.feeds.get(environment_id)
+            old = self.histories.get(environment_id)
             built = await self._build(environment_id, old.version if old is not None else None)
             if built is None:
                 return
@@ -550,9 +554,9 @@ class Hub:
 
     async def reconcile(self) -> None:
         """Catch up with what this replica was not told about (a missed Redis notice): versions
-        the database has moved past, and environments deleted meanwhile, which leave every feed
+        the database has moved past, and environments deleted meanwhile, which leave every history
         and connection (a relay holding one it should not is sent a new ``Welcome``)."""
-        projects = {feed.project_id for feed in self.feeds.values()} | {
+        projects = {history.project_id for history in self.histories.values()} | {
             connection.project_id for connection in self.connections
         }
         if not projects:
@@ -572,7 +576,7 @@ class Hub:
         keys: dict[str, set[str]] = {}
         for _env_id, key, project_id, _version in rows:
             keys.setdefault(project_id, set()).add(key)
-        for environment_id in [e for e in self.feeds if e not in versions]:
+        for environment_id in [e for e in self.histories if e not in versions]:
             self.remove(environment_id)
         for connection in self.connections:
             for environment_id in connection.environment_ids - versions.keys():
@@ -585,8 +589,8 @@ class Hub:
                 connection.wake.set()
         stale = [
             env_id
-            for env_id, feed in self.feeds.items()
-            if versions.get(env_id, 0) > feed.version and env_id not in self._announced
+            for env_id, history in self.histories.items()
+            if versions.get(env_id, 0) > history.version and env_id not in self._announced
         ]
         await self.refresh(stale)
 
@@ -639,27 +643,27 @@ class Hub:
             )
         while connection.pending:
             environment_id = connection.pending.pop()
-            feed = await self.feed(environment_id)
-            if feed is None:
+            history = await self.history(environment_id)
+            if history is None:
                 continue
-            held = connection.versions.get(feed.key)
-            if held is not None and held > feed.version:
+            held = connection.versions.get(history.key)
+            if held is not None and held > history.version:
                 # the relay is ahead of this replica (it missed a notice): catch up from the
                 # database; never send the relay something older than it holds
                 await self.refresh_one(environment_id)
                 connection.pending.discard(environment_id)
-                feed = self.feeds[environment_id]
-                if held > feed.version:
+                history = self.histories[environment_id]
+                if held > history.version:
                     logger.warning(
                         "relay %s holds %s v%d, newer than this replica's v%d; sending nothing",
                         connection.relay_id,
-                        feed.key,
+                        history.key,
                         held,
-                        feed.version,
+                        history.version,
                     )
                     continue
-            frames.extend(feed.frames_since(held))
-            connection.versions[feed.key] = feed.version
+            frames.extend(history.frames_since(held))
+            connection.versions[history.key] = history.version
         return frames
 
 
@@ -669,4 +673,4 @@ async def run_reconciler(hub: Hub, every_s: float) -> None:
         try:
             await hub.reconcile()
         except Exception:
-            logger.exception("reconciling snapshot feeds failed; retrying in %.0f s", every_s)
+            logger.exception("reconciling snapshot histories failed; retrying in %.0f s", every_s)

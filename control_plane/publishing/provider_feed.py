@@ -19,7 +19,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from control_plane.auth import KeyKind, Principal, request_session, requires
 from control_plane.errors import ApiError
-from control_plane.publishing.hub import Connection, Feed, Hub
+from control_plane.publishing.hub import Connection, History, Hub
 from shared.wire import protocol as p
 
 KEEPALIVE_S = 15.0
@@ -27,15 +27,16 @@ _EMPTY_ACCESS = p.Access()
 _json = msgspec.json.Encoder()
 
 
-def _snapshot(feed: Feed) -> ServerSentEventMessage:
-    message = p.SnapshotMessage(snapshot=feed.snapshot, access=_EMPTY_ACCESS)
+def _snapshot(history: History) -> ServerSentEventMessage:
+    message = p.SnapshotMessage(snapshot=history.snapshot, access=_EMPTY_ACCESS)
     return ServerSentEventMessage(
-        data=_json.encode(message).decode(), event="snapshot", id=str(feed.version)
+        data=_json.encode(message).decode(), event="snapshot", id=str(history.version)
     )
 
 
-def _patches(old: Feed, new: Feed) -> list[ServerSentEventMessage]:
-    """The feed's patches from what was sent (key hashes left out), or one diff if not held."""
+def _patches(old: History, new: History) -> list[ServerSentEventMessage]:
+    """The history's patches from what was sent (key hashes left out), or one diff if not
+    held."""
     chain = new.patches_since(old.version)
     patches = (
         [msgspec.structs.replace(patch, access=None) for patch, _frame in chain]
@@ -50,25 +51,25 @@ def _patches(old: Feed, new: Feed) -> list[ServerSentEventMessage]:
     ]
 
 
-async def _events(hub: Hub, feed: Feed, resume: int | None) -> AsyncIterator[Any]:
+async def _events(hub: Hub, history: History, resume: int | None) -> AsyncIterator[Any]:
     connection = Connection(
         relay_id=f"provider-{secrets.token_hex(3)}",
-        project_id=feed.project_id,
-        environment_ids=frozenset({feed.environment_id}),
+        project_id=history.project_id,
+        environment_ids=frozenset({history.environment_id}),
         bound=True,
     )
     hub.attach(connection)
     try:
-        if resume == feed.version:
-            yield ServerSentEventMessage(data="{}", event="current", id=str(feed.version))
+        if resume == history.version:
+            yield ServerSentEventMessage(data="{}", event="current", id=str(history.version))
         else:
-            yield _snapshot(feed)
-        sent = feed
+            yield _snapshot(history)
+        sent = history
         async for marked in connection.changes(KEEPALIVE_S):
             if marked is None:
                 yield ServerSentEventMessage(comment="keep-alive")
                 continue
-            latest = await hub.feed(sent.environment_id)
+            latest = await hub.history(sent.environment_id)
             if latest is None:
                 return  # the environment is gone
             if latest.version > sent.version:
@@ -102,9 +103,9 @@ async def snapshot_stream(request: Request[Principal, Any, Any]) -> ServerSentEv
     if session is not None:
         await session.close()  # the stream may live for hours: give the connection back now
     hub: Hub = request.app.state.hub
-    feed = await hub.feed(principal.environment_id)
-    if feed is None:
+    history = await hub.history(principal.environment_id)
+    if history is None:
         raise ApiError(404, "the key's environment no longer exists")
     resume = request.headers.get("last-event-id")
     version = int(resume) if resume is not None and resume.isdigit() else None
-    return ServerSentEvent(_events(hub, feed, version))
+    return ServerSentEvent(_events(hub, history, version))

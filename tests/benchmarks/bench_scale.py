@@ -15,13 +15,13 @@ Then, in this process: the snapshot as the control plane compiles it (``compile_
 its msgpack size (``msgspec.msgpack.encode``, and the ``SnapshotMessage`` frame a relay receives), and
 the relay's share of a first sync (msgpack decode, ``shared.engine.compile_snapshot`` with the
 garbage collector paused as the relay pauses it, ``relay.store.gc_paused``). With real
-processes: a relay's start → ``/readyz`` 200 (cold: the control plane builds the feed on that
-first connection; warm: a second relay while the feed is cached), the relay's RSS, and 20 toggles
-of one flag timed as in ``bench_killswitch`` (SSE event arrival, then polling). Then the same
-toggles against a 10-flag environment (same generator, own control plane and relay), so the
-10,000-flag figures stand beside the small environment's of the same run, and ``CREATE`` (4,000)
-flags created one ``POST /flags`` after another through that control plane with its relay
-connected, until the relay serves the last one.
+processes: a relay's start → ``/readyz`` 200 (cold: the control plane builds the environment's
+history on that first connection; warm: a second relay while the history is cached), the relay's
+RSS, and 20 toggles of one flag timed as in ``bench_killswitch`` (SSE event arrival, then
+polling). Then the same toggles against a 10-flag environment (same generator, own control
+plane and relay), so the 10,000-flag figures stand beside the small environment's of the same
+run, and ``CREATE`` (4,000) flags created one ``POST /flags`` after another through that
+control plane with its relay connected, until the relay serves the last one.
 
 Beside each figure, the one issue #15 recorded before publishing cost the change (toggle API
 460 ms, relay stall 130 ms at 10,000 flags; 73 vs 14 ms and 114 vs 16 ms to the relay at 4,000
@@ -349,7 +349,7 @@ def main() -> None:
         cp = start_control_plane(url, tmp_path, keys=keys)
         cleanup.add(cp.process)
 
-        log("relay, cold feed")
+        log("relay, cold history")
         started = time.perf_counter()
         relay = start_relay(cp.url, keys["relay"], tmp_path / "relay1")
         cleanup.add(relay.process)
@@ -361,7 +361,7 @@ def main() -> None:
         worker_rss = rss_mib(pids[-1])
         relay_rss = tree_rss_mib(relay.process.popen.pid)
 
-        log("second relay, warm feed")
+        log("second relay, warm history")
         started = time.perf_counter()
         second = start_relay(cp.url, keys["relay"], tmp_path / "relay2")
         cleanup.add(second.process)
@@ -452,12 +452,12 @@ def main() -> None:
         Row("relay: msgpack decode of the snapshot (median of 3)", f"{decode_ms:,.0f} ms", "", ""),
         Row("relay: `compile_snapshot` (median of 3)", f"{compile_ms:,.0f} ms", "", ""),
         Row(
-            "relay start → `/readyz` 200, cold feed",
+            "relay start → `/readyz` 200, cold history",
             f"{cold_s:.2f} s",
             "",
             f"process up (`/healthz`) after {healthz_s:.2f} s",
         ),
-        Row("relay start → `/readyz` 200, warm feed (second relay)", f"{warm_s:.2f} s", "", ""),
+        Row("relay start → `/readyz` 200, warm history (second relay)", f"{warm_s:.2f} s", "", ""),
         Row(
             "relay worker RSS (VmRSS) after the toggles",
             f"{worker_rss_after:.0f} MiB",

@@ -270,6 +270,8 @@ def test_listing_filters_and_pages(api: Api) -> None:
     }
     page = api.get("/events?limit=10").json()
     seen = [e["eventId"] for e in page["events"]]
+    last = page["events"][-1]  # the events' cursor is their own, kept as it was: ts:id
+    assert page["nextCursor"] == f"{last['ts']}:{last['eventId']}"
     while page["nextCursor"]:
         page = api.get(f"/events?limit=10&cursor={page['nextCursor']}").json()
         seen.extend(e["eventId"] for e in page["events"])

@@ -359,6 +359,7 @@ def test_audit_lists_every_change_newest_first(api: Api) -> None:
     assert entries[2]["after"]["offVariation"] == 0
     page = api.get("/flags/audited/audit?limit=2").json()
     assert [e["action"] for e in page["entries"]] == ["flag.restore", "flag.archive"]
+    assert page["nextCursor"] == page["entries"][-1]["id"]  # the audit's own cursor, kept
     rest = api.get(f"/flags/audited/audit?limit=10&cursor={page['nextCursor']}").json()
     assert [e["action"] for e in rest["entries"]] == [e["action"] for e in entries[2:]]
     assert rest["nextCursor"] is None

@@ -175,7 +175,9 @@ def test_a_failing_environment_is_reported_and_the_others_still_publish(
     with connect(api) as ws:
         hello(ws)
         full = snapshots(ws, 2)
-        production_id = next(e for e, feed in hub.feeds.items() if feed.key == "production")
+        production_id = next(
+            e for e, history in hub.histories.items() if history.key == "production"
+        )
         real = hub.apply_one
 
         async def broken(project_id: str, environment_id: str, what: Any) -> None:

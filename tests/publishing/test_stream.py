@@ -97,7 +97,7 @@ def test_hello_with_versions_gets_nothing_patches_or_full(api: Api) -> None:
     api.post("/flags/kill/environments/production/toggle", {"enabled": True})
     api.post("/flags/kill/environments/production/toggle", {"enabled": False})
     with connect(api) as ws:
-        # current for staging; two versions behind for production: the feed has no history yet
+        # current for staging; two versions behind for production: the hub has no patches yet
         # in this process for v0 unless it compiled it, so either patches or a full snapshot
         hello(ws, {"production": v0, "staging": staging})
         message = receive(ws)

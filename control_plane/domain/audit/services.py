@@ -1,5 +1,6 @@
-"""The audit trail: every write of the API and the CLI, newest first, paged by an opaque cursor
-(the id of the last entry shown; ids sort by time)."""
+"""The audit trail: every write of the API and the CLI, newest first, paged by a cursor that is
+the id of the last entry shown (ids sort by time; the other lists' cursors are opaque, see
+``paging``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,20 @@ from sqlalchemy import select
 from control_plane.db.models import AuditEntry
 from control_plane.domain.audit import schemas as s
 from control_plane.domain.common import Scope
+from control_plane.domain.paging import CursorFormat, Position, paged
 from control_plane.errors import invalid
 
 _CURSOR = re.compile(r"^aud_[0-9a-hjkmnp-tv-z]{26}$")
+
+
+def _read_cursor(_list_name: str, cursor: str) -> Position:
+    if not _CURSOR.match(cursor):
+        raise invalid("cursor", "not a cursor from a previous page (use nextCursor as given)")
+    return (cursor,)
+
+
+ENTRY_ID = CursorFormat(encode=lambda _list_name, position: position[0], decode=_read_cursor)
+"""The audit's cursor, as it was before the lists shared theirs: the last entry's id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +43,6 @@ class AuditFilter:
 async def entries(
     scope: Scope, where: AuditFilter, *, limit: int, cursor: str | None
 ) -> s.AuditList:
-    if cursor is not None and not _CURSOR.match(cursor):
-        raise invalid("cursor", "not a cursor from a previous page (use nextCursor as given)")
     query = select(AuditEntry).where(AuditEntry.project_id == scope.project_id)
     if where.resource_type is not None:
         query = query.where(AuditEntry.resource_type == where.resource_type)
@@ -51,13 +61,9 @@ async def entries(
         query = query.where(AuditEntry.at >= where.since)
     if where.until is not None:
         query = query.where(AuditEntry.at < where.until)
-    if cursor is not None:
-        query = query.where(AuditEntry.id < cursor)
-    rows = list(await scope.session.scalars(query.order_by(AuditEntry.id.desc()).limit(limit + 1)))
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return s.AuditList(
-        entries=[
+
+    async def convert(rows: list[AuditEntry]) -> list[s.AuditEntry]:
+        return [
             s.AuditEntry(
                 id=r.id,
                 at=r.at,
@@ -72,7 +78,17 @@ async def entries(
                 after=r.after,
             )
             for r in rows
-        ],
-        next_cursor=rows[-1].id if more and rows else None,
-        has_more=more,
+        ]
+
+    found = await paged(
+        scope,
+        query,
+        AuditEntry.id,
+        list_name="audit",
+        limit=limit,
+        cursor=cursor,
+        convert=convert,
+        descending=True,
+        cursors=ENTRY_ID,
     )
+    return s.AuditList(entries=found.items, next_cursor=found.next_cursor, has_more=found.has_more)

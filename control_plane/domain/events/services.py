@@ -22,6 +22,7 @@ from control_plane.domain import exposures
 from control_plane.domain.common import Scope
 from control_plane.domain.events import schemas as s
 from control_plane.domain.events.store import insert_events
+from control_plane.domain.paging import CursorFormat, Position, paged
 from control_plane.domain.rows import private_attributes
 from control_plane.errors import FieldError, invalid, invalid_many
 from shared.engine.experiments import without_private
@@ -166,6 +167,19 @@ _EVENT_NAMES = text(
 )
 
 
+def _read_cursor(_list_name: str, cursor: str) -> Position:
+    cursor_ts, _, cursor_id = cursor.partition(":")
+    if not cursor_ts.isdigit() or int(cursor_ts) > events.MAX_VALUE or not cursor_id:
+        raise invalid("cursor", "not a cursor from a previous page")
+    return int(cursor_ts), cursor_id
+
+
+TS_ID = CursorFormat(
+    encode=lambda _list_name, position: f"{position[0]}:{position[1]}", decode=_read_cursor
+)
+"""The events' cursor, as it was before the lists shared theirs: the last event's ``ts:id``."""
+
+
 async def list_events(
     scope: Scope,
     *,
@@ -188,26 +202,22 @@ async def list_events(
         query = query.where(Event.ts >= since)
     if until is not None:
         query = query.where(Event.ts < until)
-    if cursor:
-        cursor_ts, _, cursor_id = cursor.partition(":")
-        if not cursor_ts.isdigit() or int(cursor_ts) > events.MAX_VALUE or not cursor_id:
-            raise invalid("cursor", "not a cursor from a previous page")
-        query = query.where(
-            (Event.ts < int(cursor_ts))
-            | ((Event.ts == int(cursor_ts)) & (Event.event_id < cursor_id))
-        )
-    rows = list(
-        await scope.session.scalars(
-            query.order_by(Event.ts.desc(), Event.event_id.desc()).limit(limit + 1)
-        )
+
+    async def convert(rows: list[Event]) -> list[s.EventOut]:
+        return [_event_out(r) for r in rows]
+
+    found = await paged(
+        scope,
+        query,
+        (Event.ts, Event.event_id),
+        list_name="events",
+        limit=limit,
+        cursor=cursor or None,  # an empty cursor is none
+        convert=convert,
+        descending=True,
+        cursors=TS_ID,
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return s.EventPage(
-        events=[_event_out(r) for r in rows],
-        next_cursor=f"{rows[-1].ts}:{rows[-1].event_id}" if more and rows else None,
-        has_more=more,
-    )
+    return s.EventPage(events=found.items, next_cursor=found.next_cursor, has_more=found.has_more)
 
 
 async def stats(scope: Scope, *, since: int | None, until: int | None) -> s.EventStats:

@@ -20,13 +20,15 @@ from control_plane.domain.experiments import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.cache import cached
 from control_plane.domain.rows import (
+    BY_ID_OR_KEY,
+    find_by_key,
     find_metric,
     forget_exposures,
     private_attributes,
     take_given,
     written_once,
 )
-from control_plane.errors import conflict, invalid, not_found
+from control_plane.errors import conflict, invalid
 from shared.clock import now_ms
 from shared.engine.experiments import (
     dimension_values,
@@ -137,15 +139,7 @@ async def experiment_out(scope: Scope, row: Experiment) -> s.Experiment:
 
 
 async def find(scope: Scope, id_or_key: str) -> Experiment:
-    row = await scope.session.scalar(
-        select(Experiment).where(
-            Experiment.project_id == scope.project_id,
-            or_(Experiment.id == id_or_key, Experiment.key == id_or_key),
-        )
-    )
-    if row is None:
-        raise not_found("experiment", id_or_key)
-    return row
+    return await find_by_key(scope, Experiment, "experiment", id_or_key, by=BY_ID_OR_KEY)
 
 
 async def list_experiments(

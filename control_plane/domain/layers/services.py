@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import msgspec
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -25,8 +25,15 @@ from control_plane.domain.results.cache import cached
 from control_plane.domain.results.forecast import running_days
 from control_plane.domain.results.metric import MetricDef
 from control_plane.domain.results.subject import analyse_subject
-from control_plane.domain.rows import find_metric, forget_exposures, take_given, written_once
-from control_plane.errors import conflict, not_found
+from control_plane.domain.rows import (
+    BY_ID_OR_KEY,
+    find_by_key,
+    find_metric,
+    forget_exposures,
+    take_given,
+    written_once,
+)
+from control_plane.errors import conflict
 from shared.engine.experiments import GENERAL, HOLDOUT
 from shared.wire.snapshot import WEIGHT_SCALE
 
@@ -34,15 +41,7 @@ from shared.wire.snapshot import WEIGHT_SCALE
 
 
 async def find_layer(scope: Scope, id_or_key: str) -> Layer:
-    row = await scope.session.scalar(
-        select(Layer).where(
-            Layer.project_id == scope.project_id,
-            or_(Layer.id == id_or_key, Layer.key == id_or_key),
-        )
-    )
-    if row is None:
-        raise not_found("layer", id_or_key)
-    return row
+    return await find_by_key(scope, Layer, "layer", id_or_key, by=BY_ID_OR_KEY)
 
 
 async def layer_out(scope: Scope, row: Layer) -> s.Layer:
@@ -168,15 +167,7 @@ async def delete_layer(scope: Scope, id_or_key: str) -> s.Deleted:
 
 
 async def find_holdout(scope: Scope, id_or_key: str) -> Holdout:
-    row = await scope.session.scalar(
-        select(Holdout).where(
-            Holdout.project_id == scope.project_id,
-            or_(Holdout.id == id_or_key, Holdout.key == id_or_key),
-        )
-    )
-    if row is None:
-        raise not_found("holdout", id_or_key)
-    return row
+    return await find_by_key(scope, Holdout, "holdout", id_or_key, by=BY_ID_OR_KEY)
 
 
 async def _exposed(scope: Scope, row: Holdout) -> dict[str, int]:

@@ -14,8 +14,8 @@ from control_plane.domain.common import Scope
 from control_plane.domain.metrics import schemas as s
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.results.metric import CAPPED, READS_VALUE
-from control_plane.domain.rows import find_metric, written_once
-from control_plane.errors import conflict, not_found
+from control_plane.domain.rows import BY_ID_OR_KEY, find_by_key, written_once
+from control_plane.errors import conflict
 from shared.wire.currencies import ISO_4217
 
 
@@ -91,10 +91,7 @@ def check_capping(problems: base.Problems, aggregation: str, capping: s.Capping 
 
 
 async def get(scope: Scope, id_or_key: str) -> Metric:
-    row = await find_metric(scope, id_or_key)
-    if row is None:
-        raise not_found("metric", id_or_key)
-    return row
+    return await find_by_key(scope, Metric, "metric", id_or_key, by=BY_ID_OR_KEY)
 
 
 async def list_metrics(

@@ -16,12 +16,12 @@ from control_plane.domain import problems as base
 from control_plane.domain.common import Scope, percent
 from control_plane.domain.paging import Page, paged
 from control_plane.domain.protection import refuse_unapproved_in
-from control_plane.domain.rows import take_given, written_once
+from control_plane.domain.rows import find_by_key, take_given, written_once
 from control_plane.domain.segments import schemas as s
 from control_plane.domain.snapshots import segment_snapshot
 from control_plane.domain.targeting import clauses as targeting
 from control_plane.domain.targeting.schemas import clause_out
-from control_plane.errors import conflict, invalid, not_found
+from control_plane.errors import conflict, invalid
 from shared.engine import CompileError, segment_cycle, segments_named, validate_segment
 from shared.wire import snapshot as w
 from shared.wire.kinds import USER
@@ -126,12 +126,7 @@ def _rules(
 
 
 async def _row(scope: Scope, key: str) -> Segment:
-    row = await scope.session.scalar(
-        select(Segment).where(Segment.project_id == scope.project_id, Segment.key == key)
-    )
-    if row is None:
-        raise not_found("segment", key)
-    return row
+    return await find_by_key(scope, Segment, "segment", key)
 
 
 async def _all(scope: Scope) -> list[Segment]:

@@ -16,6 +16,7 @@ from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.domain.paging import paged
 from control_plane.domain.problems import Problems
+from control_plane.domain.rows import BY_ID, find_by_key
 from control_plane.domain.webhooks import outbox
 from control_plane.domain.webhooks import schemas as s
 from control_plane.domain.webhooks.addresses import url_problem
@@ -103,12 +104,7 @@ async def create_webhook(scope: Scope, body: s.WebhookCreate, policy: str) -> s.
 
 
 async def _find(scope: Scope, webhook_id: str) -> Webhook:
-    row = await scope.session.scalar(
-        select(Webhook).where(Webhook.project_id == scope.project_id, Webhook.id == webhook_id)
-    )
-    if row is None:
-        raise not_found("webhook", webhook_id)
-    return row
+    return await find_by_key(scope, Webhook, "webhook", webhook_id, by=BY_ID)
 
 
 async def list_webhooks(scope: Scope, *, limit: int, cursor: str | None) -> s.WebhookList:
