@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import create_engine, insert, select
 
 from control_plane.db.engine import sync_url
@@ -252,4 +254,32 @@ def test_a_cursor_of_another_list_is_refused(api: Api) -> None:
     cursor = api.get("/flags", params={"limit": 1}).json()["nextCursor"]
     response = api.get("/segments", params={"cursor": cursor})
     assert response.status_code == 422
+    assert fields(response) == ["cursor"]
+
+
+CURSORS = st.one_of(
+    st.text(max_size=16),
+    st.builds(  # the events' ts:id shape, its digits from any script
+        lambda ts, rest: f"{ts}:{rest}",
+        st.text(alphabet="0123456789²³¹٣੩", min_size=1, max_size=25),
+        st.text(max_size=6),
+    ),
+)
+
+
+@pytest.mark.parametrize("path", ["/events", "/audit", "/flags", "/segments", "/experiments"])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(cursor=CURSORS)
+def test_a_cursor_no_page_handed_out_is_a_422_naming_it(
+    refusing_api: Api, path: str, cursor: str
+) -> None:
+    """The rule of every list's cursor: one the API did not hand out is refused naming
+    ``cursor``, never a 5xx, whatever its characters (superscripts and other scripts' digits
+    pass ``str.isdigit`` and fail ``int``: the events' ``ts:id`` once answered "²" with a 500)."""
+    response = refusing_api.get(path, params={"cursor": cursor})
+    if response.status_code == 200:  # well formed: reads as a position, past every row
+        return
+    assert response.status_code == 422, (cursor, response.text)
     assert fields(response) == ["cursor"]

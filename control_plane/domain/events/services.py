@@ -169,7 +169,8 @@ _EVENT_NAMES = text(
 
 def _read_cursor(_list_name: str, cursor: str) -> Position:
     cursor_ts, _, cursor_id = cursor.partition(":")
-    if not cursor_ts.isdigit() or int(cursor_ts) > events.MAX_VALUE or not cursor_id:
+    digits = cursor_ts.isascii() and cursor_ts.isdigit()  # isdigit alone takes "²", int does not
+    if not digits or int(cursor_ts) > events.MAX_VALUE or not cursor_id:
         raise invalid("cursor", "not a cursor from a previous page")
     return int(cursor_ts), cursor_id
 
