@@ -8,7 +8,7 @@ import math
 from control_plane.analysis import power
 from control_plane.domain import problems as base
 from control_plane.domain.experiments import schemas as s
-from control_plane.domain.experiments.services import MAX_VARIANTS, MIN_VARIANTS
+from control_plane.domain.experiments.canonical import MAX_VARIANTS, MIN_VARIANTS
 from control_plane.errors import FieldError, invalid_many
 
 MIN_RELATIVE_EFFECT = 1e-6

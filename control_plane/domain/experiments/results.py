@@ -12,8 +12,9 @@ from control_plane.db.models import Experiment, Metric
 from control_plane.domain.common import Scope
 from control_plane.domain.experiments import decisions
 from control_plane.domain.experiments import schemas as s
+from control_plane.domain.experiments.canonical import CONTROL
 from control_plane.domain.experiments.power import MIN_RELATIVE_EFFECT
-from control_plane.domain.experiments.services import CONTROL, experiment_out, find
+from control_plane.domain.experiments.services import experiment_out, find
 from control_plane.domain.results.cache import cached
 from control_plane.domain.results.caps import percentile_cap
 from control_plane.domain.results.forecast import running_days

@@ -12,6 +12,7 @@ import msgspec
 
 from control_plane.domain.experiments import schemas as ex
 from control_plane.domain.experiments import services as experiments
+from control_plane.domain.experiments.canonical import CONTROL
 from control_plane.domain.problems import Problems
 from control_plane.domain.projectfile import compare
 from control_plane.domain.projectfile import schemas as s
@@ -59,9 +60,9 @@ def experiment(given: s.ExperimentDoc, live: s.ExperimentDoc | None) -> dict[str
         out["goal"] = goal
     variants = given.variants
     if variants is None:
-        variants = [ex.VariantIn(key=experiments.CONTROL), ex.VariantIn(key="treatment")]
+        variants = [ex.VariantIn(key=CONTROL), ex.VariantIn(key="treatment")]
     given_variants: list[dict[str, Any]] = [plain(v) for v in variants]
-    out["variants"] = sorted(given_variants, key=lambda v: v["key"] != experiments.CONTROL)
+    out["variants"] = sorted(given_variants, key=lambda v: v["key"] != CONTROL)
     return out
 
 
