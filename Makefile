@@ -8,7 +8,7 @@ TEST_WORKERS ?= 2
 # make test-fast: the engine, the statistics, and the API's domain services and validation on
 # SQLite, with no other process, server or browser (under 3 minutes on two cores)
 FAST_PATHS := tests/engine tests/analysis tests/control_plane tests/experiments tests/webhooks \
-	tests/test_architecture.py
+	tests/changes tests/client tests/relay tests/test_architecture.py
 FAST_MARKS := not postgres and not redis and not e2e and not browser and not slow and not chaos
 
 .PHONY: up test test-fast lint bench chaos clean
