@@ -85,6 +85,18 @@ class ApiError(Exception):
         self.headers = headers or {}
         self.current_version = current_version  # 412: the version If-Match must name
 
+    def at(self, where: str, label: str | None = None) -> ApiError:
+        """This refusal as one of a part of a larger body, at ``where`` (``changes[2]``,
+        ``flags[7].environments.production``): each field named by its path from there (the
+        part itself when none was), the message led by ``label`` (by default ``where``)."""
+        details = [FieldError(f"{where}.{d.field}", d.message) for d in self.details]
+        return ApiError(
+            self.status,
+            f"{label or where}: {self.message}",
+            code=self.code,
+            details=details or [FieldError(where, self.message)],
+        )
+
 
 def not_found(what: str, key: str) -> ApiError:
     return ApiError(404, f"{what} {key!r} not found")

@@ -162,13 +162,7 @@ async def run_changes(scope: Scope, env: Environment, changes: list[dict[str, An
                 await put_rules(scope, item["flag"], env.key, flags.RulesIn(rules=rules))
         except ApiError as exc:
             where = f"changes[{i}]"
-            details = [FieldError(f"{where}.{d.field}", d.message) for d in exc.details]
-            raise ApiError(
-                exc.status,
-                f"{where} ({item_name(item)}): {exc.message}",
-                code=exc.code,
-                details=details or [FieldError(where, exc.message)],
-            ) from exc
+            raise exc.at(where, f"{where} ({item_name(item)})") from exc
 
 
 async def dry_run(scope: Scope, env: Environment, changes: list[dict[str, Any]]) -> None:

@@ -43,13 +43,7 @@ def named(where: str) -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        details = [FieldError(f"{where}.{d.field}", d.message) for d in exc.details]
-        raise ApiError(
-            exc.status,
-            f"{where}: {exc.message}",
-            code=exc.code,
-            details=details or [FieldError(where, exc.message)],
-        ) from exc
+        raise exc.at(where) from exc
 
 
 async def _execute(scope: Scope, planner: Planner) -> None:
