@@ -76,13 +76,14 @@ def at_most(wanted: Role, ceiling: Role) -> Role:
 def of_token(
     role: Role, may_turn_off: bool, person_role: Role, person_may_turn_off: bool
 ) -> tuple[Role, bool]:
-    """What a personal token acts with: at most what it was made with (``role``,
-    ``may_turn_off``) and at most what its person holds now. A token capped below admin has
-    "may turn off" only if it was made with the grant and its person still holds it (as a
-    grant, or with the admin role)."""
-    return at_most(role, person_role), may_turn_off and holds(
+    """What a personal token acts with: exactly what it was made with (``role``,
+    ``may_turn_off``) and its person holds now, both. "May turn off" is held by the grant or
+    with the admin role, either side: a token made as an admin whose person is now an editor
+    with the grant still turns off; one capped to viewer without the grant does not."""
+    turns_off = holds(role, may_turn_off, Permission.TURN_OFF) and holds(
         person_role, person_may_turn_off, Permission.TURN_OFF
     )
+    return at_most(role, person_role), turns_off
 
 
 def parse_role(value: str) -> Role | None:
