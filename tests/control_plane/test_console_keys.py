@@ -60,7 +60,9 @@ def test_a_role_or_the_grant_on_another_kind_of_key_is_the_api_s_refusal(api: Ap
     )
     assert refused.status_code == 422, refused.text[:800]
     assert 'id="err-mayTurnOff"' in refused.text
-    assert "only a management key (a service account) has a role" in text_of(refused.text)
+    assert "only a management key (a service account) is granted 'may turn off'" in text_of(
+        refused.text
+    )
     # a role typed for a server key is the management keys' field: not sent on, the key made
     made = api.client.post(
         "/console/keys/",

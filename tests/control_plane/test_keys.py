@@ -193,3 +193,23 @@ def test_invalid_key_changes_name_the_field(
     assert field in [d["field"] for d in response.json()["error"]["details"]]
     after = next(k for k in refusing_api.get("/keys").json()["keys"] if k["id"] == key["id"])
     assert after == key
+
+
+@pytest.mark.parametrize("method", ["POST", "PATCH"])
+def test_a_key_of_another_kind_is_refused_what_only_a_management_key_carries_each_named(
+    refusing_api: Api, method: str
+) -> None:
+    """Made or edited alike: a role and "may turn off" are a management key's, each refusal
+    naming its own field with its own reason."""
+    body = {"role": "viewer", "mayTurnOff": True}
+    if method == "POST":
+        response = refusing_api.post("/keys", {"kind": "relay", "name": "edge", **body})
+    else:
+        server = next(k for k in refusing_api.get("/keys").json()["keys"] if k["kind"] == "server")
+        response = refusing_api.patch(f"/keys/{server['id']}", body)
+    assert response.status_code == 422, response.text
+    details = {d["field"]: d["message"] for d in response.json()["error"]["details"]}
+    assert details["role"] == "only a management key (a service account) has a role"
+    assert details["mayTurnOff"] == (
+        "only a management key (a service account) is granted 'may turn off'"
+    )

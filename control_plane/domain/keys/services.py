@@ -24,6 +24,21 @@ MAX_PRIVATE = 100
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$")
 
 
+MANAGEMENT_ONLY = {
+    "role": "only a management key (a service account) has a role",
+    "mayTurnOff": "only a management key (a service account) is granted 'may turn off'",
+}
+"""What only a management key carries, each refusal naming its field (create and edit)."""
+
+
+def refuse_management_only(problems: Problems, given: dict[str, bool]) -> None:
+    """A key of another kind given what only a management key carries (``given``: by field,
+    whether it was)."""
+    for field, was_given in given.items():
+        if was_given:
+            problems.add(field, MANAGEMENT_ONLY[field])
+
+
 def key_out(row: ApiKey, env_key: str | None) -> s.Key:
     return s.Key(
         id=row.id,
@@ -67,11 +82,9 @@ async def create_key(scope: Scope, body: s.KeyCreate) -> s.CreatedKey:
             )
     if len(body.name) > 200:
         problems.add("name", "must be at most 200 characters")
-    if kind is not KeyKind.MANAGEMENT and (body.role != "admin" or body.may_turn_off):
-        problems.add(
-            "role" if body.role != "admin" else "mayTurnOff",
-            "only a management key (a service account) has a role",
-        )
+    if kind is not KeyKind.MANAGEMENT:
+        given = {"role": body.role != "admin", "mayTurnOff": body.may_turn_off}
+        refuse_management_only(problems, given)
     if kind is KeyKind.RELAY and body.private_attributes:
         problems.add("privateAttributes", "a relay forwards others' events: it sends none")
     if len(body.private_attributes) > MAX_PRIVATE:
@@ -175,9 +188,8 @@ async def patch_key(scope: Scope, key_id: str, body: s.KeyPatch) -> s.Key:
     if body.name is not msgspec.UNSET and len(body.name) > 200:
         problems.add("name", "must be at most 200 characters")
     if row.kind != KeyKind.MANAGEMENT.value:
-        for field, given in (("role", body.role), ("mayTurnOff", body.may_turn_off)):
-            if given is not msgspec.UNSET:
-                problems.add(field, "only a management key (a service account) has a role")
+        given = {"role": body.role, "mayTurnOff": body.may_turn_off}
+        refuse_management_only(problems, {k: v is not msgspec.UNSET for k, v in given.items()})
     problems.raise_if_any()
     demoted = body.role is not msgspec.UNSET and body.role != Role.ADMIN.value
     if demoted and scope.actor.key_id == row.id and row.role == Role.ADMIN.value:
