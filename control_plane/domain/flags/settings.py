@@ -262,10 +262,11 @@ class SettingsWriter:
     ) -> None:
         """A flag's settings and rules here written together (each as its own write, audited
         alike), the engine's check made once, on the flag as it will be served."""
+        described = not self.scope.rehearsal  # a rehearsal records nothing: nothing to describe
         if settings is not None:
-            await self._put_settings(key, settings, check=rules is None)
+            await self._put_settings(key, settings, check=rules is None, described=described)
         if rules is not None:
-            await self._put_rules(key, rules)
+            await self._put_rules(key, rules, described=described)
 
     async def _writable(self, key: str, doing: str) -> tuple[Flag, FlagSetting]:
         """The flag ``key`` and its setting here, once the write may go ahead: the permission,
@@ -282,15 +283,17 @@ class SettingsWriter:
     ) -> s.EnvironmentSettings:
         """``check=False``: the engine's check is left to a write of the rules that follows in
         the same unit of work (``put``)."""
-        flag, setting = await self._put_settings(key, body, check=check)
-        return settings_out(flag, self.env.key, setting)
+        after = await self._put_settings(key, body, check=check, described=True)
+        assert after is not None  # described
+        return after
 
     async def _put_settings(
-        self, key: str, body: s.EnvironmentSettingsIn, *, check: bool
-    ) -> tuple[Flag, FlagSetting]:
+        self, key: str, body: s.EnvironmentSettingsIn, *, check: bool, described: bool
+    ) -> s.EnvironmentSettings | None:
+        """The write; ``described``: its audit entry's before and after are made (and the
+        after answered), which a rehearsal, recording nothing, spares."""
         scope, env = self.scope, self.env
         flag, setting = await self._writable(key, f"changing the settings of flag {key!r}")
-        described = not scope.rehearsal  # a rehearsal records nothing: nothing to describe
         before = settings_out(flag, env.key, setting) if described else None
         idxs = variation_indexes(flag)
         problems = base.Problems()
@@ -325,12 +328,13 @@ class SettingsWriter:
         if check:
             await self._check_with_engine(flag, setting)
         await self._save(flag, setting)
-        if described:
-            after = settings_out(flag, env.key, setting)
-            scope.audit(
-                "flag.settings.update", "flag", key, before=before, after=after, environment=env.key
-            )
-        return flag, setting
+        if not described:
+            return None
+        after = settings_out(flag, env.key, setting)
+        scope.audit(
+            "flag.settings.update", "flag", key, before=before, after=after, environment=env.key
+        )
+        return after
 
     def _rules_out(self, flag: Flag, setting: FlagSetting) -> s.Rules:
         return s.Rules(
@@ -341,13 +345,14 @@ class SettingsWriter:
         )
 
     async def put_rules(self, key: str, body: s.RulesIn) -> s.Rules:
-        flag, setting = await self._put_rules(key, body)
-        return self._rules_out(flag, setting)
+        after = await self._put_rules(key, body, described=True)
+        assert after is not None  # described
+        return after
 
-    async def _put_rules(self, key: str, body: s.RulesIn) -> tuple[Flag, FlagSetting]:
+    async def _put_rules(self, key: str, body: s.RulesIn, *, described: bool) -> s.Rules | None:
+        """As ``_put_settings``, of the rules."""
         scope, env = self.scope, self.env
         flag, setting = await self._writable(key, f"changing the rules of flag {key!r}")
-        described = not scope.rehearsal  # a rehearsal records nothing: nothing to describe
         before = self._rules_out(flag, setting) if described else None
         segment_keys = await self._segment_keys()
         problems = base.Problems()
@@ -358,12 +363,13 @@ class SettingsWriter:
         setting.rules = [stored(r) for r in rules]
         await self._check_with_engine(flag, setting)
         await self._save(flag, setting)
-        if described:
-            after = self._rules_out(flag, setting)
-            scope.audit(
-                "flag.rules.update", "flag", key, before=before, after=after, environment=env.key
-            )
-        return flag, setting
+        if not described:
+            return None
+        after = self._rules_out(flag, setting)
+        scope.audit(
+            "flag.rules.update", "flag", key, before=before, after=after, environment=env.key
+        )
+        return after
 
 
 async def _writer(scope: Scope, key: str, env_key: str) -> SettingsWriter:
@@ -423,14 +429,11 @@ async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.
     return await writer.put_rules(key, body)
 
 
-async def _save_setting(
-    scope: Scope, flag: Flag, env: Environment, setting: FlagSetting
-) -> s.EnvironmentSettings:
+async def _save_setting(scope: Scope, flag: Flag, env: Environment, setting: FlagSetting) -> None:
     setting.version += 1
     setting.updated_at = utcnow()
     await scope.session.flush()
     await scope.changed([env.id], flags=[flag.key])
-    return settings_out(flag, env.key, setting)
 
 
 async def apply_scheduled(scope: Scope, row: ScheduledChange, flag_key: str, env_key: str) -> str:
