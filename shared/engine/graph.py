@@ -221,29 +221,34 @@ def check_graph(
     ``edges`` are the root's own references as ``(path, key)``; errors point at one of them.
     """
     depth: dict[str, int] = {}
-
-    def visit(key: str, stack: list[str]) -> int:
-        if key in stack:
-            raise _Cycle([*stack[stack.index(key) :], key])
-        if key in depth:
-            if len(stack) + depth[key] > MAX_NESTING:
-                raise _TooDeep
-            return depth[key]
-        if len(stack) >= MAX_NESTING:
-            raise _TooDeep
-        stack.append(key)
-        deepest = max((visit(k, stack) for k in neighbours(key)), default=0)
-        stack.pop()
-        depth[key] = deepest + 1
-        return deepest + 1
-
     for path, key in edges:
         try:
-            visit(key, [root])
+            _deepest(key, [root], depth, neighbours)
         except _Cycle as cycle:
             raise InvalidAt(path, f"{what} cycle: {' -> '.join(cycle.keys)}") from None
         except _TooDeep:
             raise InvalidAt(path, f"{what}s nested more than {MAX_NESTING} deep") from None
+
+
+def _deepest(
+    key: str, stack: list[str], depth: dict[str, int], neighbours: Callable[[str], list[str]]
+) -> int:
+    """How deep references go from ``key`` (``depth`` keeps what was walked). A function of
+    its own, not a closure calling itself: that closure would be a reference cycle holding
+    everything the check was given, left for the cycle collector after every check."""
+    if key in stack:
+        raise _Cycle([*stack[stack.index(key) :], key])
+    if key in depth:
+        if len(stack) + depth[key] > MAX_NESTING:
+            raise _TooDeep
+        return depth[key]
+    if len(stack) >= MAX_NESTING:
+        raise _TooDeep
+    stack.append(key)
+    deepest = max((_deepest(k, stack, depth, neighbours) for k in neighbours(key)), default=0)
+    stack.pop()
+    depth[key] = deepest + 1
+    return deepest + 1
 
 
 class _Cycle(Exception):

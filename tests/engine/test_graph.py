@@ -16,6 +16,8 @@ from shared.engine import (
     prerequisite_cycle,
     segment_cycle,
     segments_named,
+    validate_flag,
+    validate_segment,
 )
 from tests.engine.builders import (
     clause,
@@ -98,3 +100,27 @@ def test_compiling_leaves_the_garbage_collector_alone(monkeypatch: pytest.Monkey
     )
     compiled = compile_snapshot(data)
     compile_patch(compiled, data, flags=["a"], segments=["s"])
+
+
+def test_checking_a_flag_or_segment_leaves_no_cycles_behind() -> None:
+    """What ``validate_flag`` and ``validate_segment`` make is freed as soon as they answer, by
+    reference counting: none of it waits for the cycle collector. A plan of 10,000 flags checks
+    30,000 settings with the collector paused (``collector_paused``); each check left a cycle (a
+    recursive closure holding the flag and its prerequisites), 670,000 objects the first
+    collection after it had to walk."""
+    segments = {
+        "s": segment("s", included=["k"]),
+        "t": segment("t", rules=[segment_rule(segment_clause("s"))]),
+    }
+    prerequisite = flag("a", rules=[rule(segment_clause("s"))])
+    checked = flag("b", prerequisites=[("a", 0)], rules=[rule(OK), rule(segment_clause("t"))])
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()
+        validate_flag(checked, segments, {"a": prerequisite})
+        validate_segment(segments["t"], segments)
+        assert gc.collect() == 0
+    finally:
+        if was:
+            gc.enable()
