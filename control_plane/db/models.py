@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -251,6 +252,57 @@ class FlagSetting(Base):
     prerequisites: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
     version: Mapped[int] = mapped_column(Integer, default=1)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+@dataclass(slots=True)
+class NewFlag:
+    """A ``Flag`` row made and not yet written: its columns as plain attributes, for a unit of
+    work that makes thousands of flags at once (a project document's apply, and its plan, which
+    writes nothing). What checks and describes a flag reads either alike (``FlagRow``);
+    ``insert_values`` writes many in one statement. The fields are the table's columns, no more
+    and no fewer (a test holds them to it)."""
+
+    id: str
+    project_id: str
+    key: str
+    name: str
+    description: str
+    type: str
+    variations: list[dict[str, Any]]
+    temporary: bool
+    bucket_by: str
+    tags: list[str]
+    client_side: bool
+    archived: bool
+    archived_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(slots=True)
+class NewSetting:
+    """A ``FlagSetting`` row made and not yet written, as ``NewFlag``."""
+
+    flag_id: str
+    environment_id: str
+    enabled: bool
+    off_variation: int
+    fallthrough: dict[str, Any]
+    rules: list[dict[str, Any]]
+    targets: list[dict[str, Any]]
+    prerequisites: list[dict[str, Any]]
+    version: int
+    updated_at: datetime
+
+
+FlagRow = Flag | NewFlag
+SettingRow = FlagSetting | NewSetting
+
+
+def insert_values(row: NewFlag | NewSetting) -> dict[str, Any]:
+    """A new row's columns, as an ``insert`` of its table takes them."""
+    return {name: getattr(row, name) for name in row.__slots__}
 
 
 class Segment(Base):

@@ -13,10 +13,18 @@ from __future__ import annotations
 from typing import Any, Literal, TypeVar
 
 import msgspec
-from sqlalchemy import delete, or_, select
+from sqlalchemy import Insert, delete, or_, select
 from sqlalchemy.exc import IntegrityError
 
-from control_plane.db.models import Base, Environment, Exposure, Flag, FlagSetting, Metric
+from control_plane.db.models import (
+    Base,
+    Environment,
+    Exposure,
+    Flag,
+    FlagRow,
+    FlagSetting,
+    Metric,
+)
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
 from control_plane.errors import ApiError, conflict, not_found
@@ -77,12 +85,12 @@ async def flag_setting(
     return flag, env, setting
 
 
-def variation_indexes(flag: Flag) -> frozenset[int]:
+def variation_indexes(flag: FlagRow) -> frozenset[int]:
     """The indexes a serve, a target or a metric may name: the flag's variations'."""
     return frozenset(int(x["idx"]) for x in flag.variations)
 
 
-def refuse_archived(flag: Flag) -> None:
+def refuse_archived(flag: FlagRow) -> None:
     """An archived flag's settings do not change (by a user, a schedule or an API call)."""
     if flag.archived:
         raise ApiError(
@@ -134,6 +142,19 @@ async def written_once(scope: Scope, what: str, key: str | None, row: Any | None
         await scope.session.flush()
     except IntegrityError as exc:
         raise key_taken(what, key) from exc
+
+
+async def inserted_once(
+    scope: Scope, what: str, statement: Insert, rows: list[dict[str, Any]]
+) -> None:
+    """Write many new rows in one statement (``insert(Model)`` and each row's columns), as
+    ``written_once`` writes one: ``key_taken`` when a unique key is taken."""
+    if not rows:
+        return
+    try:
+        await scope.session.execute(statement, rows)
+    except IntegrityError as exc:
+        raise key_taken(what, None) from exc
 
 
 async def forget_exposures(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import msgspec
 from sqlalchemy import Text, cast, select
@@ -14,9 +14,11 @@ from control_plane.db.models import (
     Environment,
     Flag,
     FlagMetric,
+    FlagRow,
     FlagSetting,
     Project,
     Segment,
+    SettingRow,
 )
 from control_plane.domain.allocation import running_experiments
 from shared import clock
@@ -24,12 +26,9 @@ from shared.engine import segments_named
 from shared.wire import protocol as p
 from shared.wire import snapshot as w
 
-T = TypeVar("T")
-
-
-# A flag's snapshot is made of these columns of ``Flag`` and ``FlagSetting``, in this order (the
-# order ``_flag_snapshot`` takes them), the JSON ones last. Read from ORM objects
-# (``flag_snapshot``) or selected with the JSON columns as text (``_flags``).
+# A flag's snapshot is made of these columns of ``Flag`` and ``FlagSetting``, each its field of the
+# same name, in this order (the order ``_flag_snapshot`` takes them), the JSON ones last. Read
+# from rows (``flag_snapshot``) or selected with the JSON columns as text (``_flags``).
 _PLAIN_COLUMNS: tuple[InstrumentedAttribute[Any], ...] = (
     Flag.key,
     FlagSetting.version,
@@ -46,7 +45,7 @@ _JSON_COLUMNS: tuple[InstrumentedAttribute[Any], ...] = (
     FlagSetting.targets,
     FlagSetting.prerequisites,
 )
-# Each JSON column's wire type (a decoder for its text; its ``type`` for a loaded document).
+# Each JSON column's wire type, as a decoder of its text.
 _variations = msgspec.json.Decoder(tuple[w.Variation, ...])
 _serve = msgspec.json.Decoder(w.Serve)
 _rules = msgspec.json.Decoder(tuple[w.Rule, ...])
@@ -54,25 +53,9 @@ _targets = msgspec.json.Decoder(tuple[w.Target, ...])
 _prerequisites = msgspec.json.Decoder(tuple[w.Prerequisite, ...])
 
 
-class _Read(Protocol):
-    """Turns a JSON column's value into its wire type, given that type's decoder."""
-
-    def __call__(self, value: Any, decoder: msgspec.json.Decoder[T], /) -> T: ...
-
-
-def _converted(document: Any, decoder: msgspec.json.Decoder[T]) -> T:
-    """A JSON column loaded as a document (lists and dicts, from an ORM object)."""
-    return msgspec.convert(document, decoder.type)
-
-
-def _decoded(text: str, decoder: msgspec.json.Decoder[T]) -> T:
-    """A JSON column selected as text, decoded straight into the wire type."""
-    return decoder.decode(text)
-
-
-def _flag_snapshot(columns: Sequence[Any], tracked: bool, read: _Read) -> w.FlagSnapshot:
-    """The one conversion of a flag's columns (``_PLAIN_COLUMNS`` then ``_JSON_COLUMNS``, each
-    JSON one turned into its wire type by ``read``) into its snapshot."""
+def _flag_snapshot(columns: Sequence[Any], tracked: bool) -> w.FlagSnapshot:
+    """A flag's snapshot from its columns selected (``_PLAIN_COLUMNS``, then ``_JSON_COLUMNS``
+    as text, each decoded straight into its wire type)."""
     (
         key,
         version,
@@ -91,26 +74,35 @@ def _flag_snapshot(columns: Sequence[Any], tracked: bool, read: _Read) -> w.Flag
         key=key,
         version=version,
         type=kind,
-        variations=read(variations, _variations),
+        variations=_variations.decode(variations),
         enabled=enabled,
         off_variation=off_variation,
-        fallthrough=read(fallthrough, _serve),
-        rules=read(rules, _rules),
-        targets=read(targets, _targets),
-        prerequisites=read(prerequisites, _prerequisites),
+        fallthrough=_serve.decode(fallthrough),
+        rules=_rules.decode(rules),
+        targets=_targets.decode(targets),
+        prerequisites=_prerequisites.decode(prerequisites),
         bucket_by=bucket_by,
         client_side=client_side,
         track_exposures=tracked,
     )
 
 
-def flag_snapshot(flag: Flag, setting: FlagSetting, *, tracked: bool = False) -> w.FlagSnapshot:
-    """The snapshot of a flag in one environment, from its ORM objects."""
-    columns = [
-        getattr(setting if column.class_ is FlagSetting else flag, column.key)
-        for column in (*_PLAIN_COLUMNS, *_JSON_COLUMNS)
-    ]
-    return _flag_snapshot(columns, tracked, _converted)
+_WIRE_NAMES = {field.name: field.encode_name for field in msgspec.structs.fields(w.FlagSnapshot)}
+_ATTRIBUTES = tuple(
+    (c.class_ is Flag, c.key, _WIRE_NAMES[c.key]) for c in (*_PLAIN_COLUMNS, *_JSON_COLUMNS)
+)  # each column's row (the flag's or its setting's), attribute, and field of the snapshot
+
+
+def flag_snapshot(flag: FlagRow, setting: SettingRow, *, tracked: bool = False) -> w.FlagSnapshot:
+    """The snapshot of a flag in one environment, from its rows (ORM objects, or new rows not
+    yet written: ``NewFlag``, ``NewSetting``): the same columns as ``_flag_snapshot`` takes,
+    converted in one call (a call per JSON column costs four times as much: each converts to
+    a ``tuple[...]`` type msgspec reads anew every time)."""
+    values = {
+        wire: getattr(flag if of_flag else setting, name) for of_flag, name, wire in _ATTRIBUTES
+    }
+    values["trackExposures"] = tracked
+    return msgspec.convert(values, w.FlagSnapshot)
 
 
 def segment_snapshot(segment: Segment) -> w.SegmentSnapshot:
@@ -177,7 +169,7 @@ async def _flags(
             .where(Flag.project_id == environment.project_id, *only)
         )
     )
-    return {row[1]: _flag_snapshot(row[1:], row[0] in tracked, _decoded) for row in rows}
+    return {row[1]: _flag_snapshot(row[1:], row[0] in tracked) for row in rows}
 
 
 async def _running_experiments(

@@ -1,4 +1,5 @@
-"""The migrations build exactly the schema the models describe, on SQLite and PostgreSQL."""
+"""The migrations build exactly the schema the models describe, on SQLite and PostgreSQL; the
+rows made before they are written have the models' columns."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sqlalchemy import create_engine
 
 from control_plane.db import migrate
 from control_plane.db.engine import sync_url
-from control_plane.db.models import Base
+from control_plane.db.models import Base, Flag, FlagSetting, NewFlag, NewSetting
 
 
 def _head() -> str | None:
@@ -30,3 +31,11 @@ def test_migrations_match_models(database_url: str) -> None:
             assert context.get_current_revision() == _head()
     finally:
         engine.dispose()
+
+
+def test_a_new_rows_fields_are_its_tables_columns() -> None:
+    """``NewFlag`` and ``NewSetting`` (rows made and not yet written, ``insert_values``) carry
+    exactly their table's columns: a column added to the table and not to them would be left
+    to its default by every flag a document creates."""
+    for new, table in ((NewFlag, Flag), (NewSetting, FlagSetting)):
+        assert set(new.__slots__) == {c.key for c in table.__mapper__.column_attrs}, new

@@ -16,7 +16,9 @@ from control_plane.db.models import (
     CodeReference,
     Environment,
     Flag,
+    FlagRow,
     FlagSetting,
+    SettingRow,
 )
 from control_plane.db.types import utcnow
 from control_plane.domain.common import Scope
@@ -68,7 +70,7 @@ def rules_out(rows: list[dict[str, Any]]) -> list[s.Rule]:
     return out
 
 
-def _summary(setting: FlagSetting) -> s.EnvironmentSummary:
+def _summary(setting: SettingRow) -> s.EnvironmentSummary:
     return s.EnvironmentSummary(
         enabled=setting.enabled,
         off_variation=setting.off_variation,
@@ -81,7 +83,7 @@ def _summary(setting: FlagSetting) -> s.EnvironmentSummary:
     )
 
 
-def flag_out(flag: Flag, settings: Sequence[tuple[FlagSetting, str]]) -> s.Flag:
+def flag_out(flag: FlagRow, settings: Sequence[tuple[SettingRow, str]]) -> s.Flag:
     return s.Flag(
         id=flag.id,
         key=flag.key,
@@ -105,7 +107,7 @@ def flag_out(flag: Flag, settings: Sequence[tuple[FlagSetting, str]]) -> s.Flag:
     )
 
 
-def settings_out(flag: Flag, env_key: str, setting: FlagSetting) -> s.EnvironmentSettings:
+def settings_out(flag: FlagRow, env_key: str, setting: SettingRow) -> s.EnvironmentSettings:
     return s.EnvironmentSettings(
         flag=flag.key,
         environment=env_key,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 
 from control_plane.access import Permission
 from control_plane.db.ids import new_id
@@ -16,7 +16,12 @@ from control_plane.db.models import (
     Environment,
     Flag,
     FlagMetric,
+    FlagRow,
     FlagSetting,
+    NewFlag,
+    NewSetting,
+    SettingRow,
+    insert_values,
 )
 from control_plane.db.types import utcnow
 from control_plane.domain import problems as base
@@ -30,6 +35,7 @@ from control_plane.domain.protection import (
 from control_plane.domain.rows import (
     find_flag,
     forget_exposures,
+    inserted_once,
     key_taken,
     touch_all_settings,
     variation_indexes,
@@ -42,8 +48,8 @@ from shared.wire import snapshot as w
 # --- writes ----------------------------------------------------------------------------------------
 
 
-def _new_flag(scope: Scope, body: s.FlagCreate) -> tuple[Flag, int, int]:
-    """A validated new flag (not yet added), with the variations it serves on and off."""
+def _new_flag(scope: Scope, body: s.FlagCreate) -> tuple[NewFlag, int, int]:
+    """A validated new flag (not yet written), with the variations it serves on and off."""
     problems = base.Problems()
     base.check_key(problems, "key", body.key)
     name = body.name if body.name is not None else body.key
@@ -56,7 +62,7 @@ def _new_flag(scope: Scope, body: s.FlagCreate) -> tuple[Flag, int, int]:
 
     on_idx, off_idx = targeting.default_serving(body.type, variations)
     now = utcnow()
-    flag = Flag(
+    flag = NewFlag(
         id=new_id("flg"),
         project_id=scope.project_id,
         key=body.key,
@@ -69,6 +75,7 @@ def _new_flag(scope: Scope, body: s.FlagCreate) -> tuple[Flag, int, int]:
         tags=list(dict.fromkeys(body.tags)),
         client_side=body.client_side,
         archived=False,
+        archived_at=None,
         version=1,
         created_at=now,
         updated_at=now,
@@ -77,12 +84,11 @@ def _new_flag(scope: Scope, body: s.FlagCreate) -> tuple[Flag, int, int]:
 
 
 def _new_settings(
-    scope: Scope, flag: Flag, environments: Sequence[Environment], on_idx: int, off_idx: int
-) -> list[FlagSetting]:
-    """A new flag's setting in every environment (off, serving its defaults), added."""
-    settings = []
-    for env in environments:
-        setting = FlagSetting(
+    flag: NewFlag, environments: Sequence[Environment], on_idx: int, off_idx: int
+) -> list[NewSetting]:
+    """A new flag's setting in every environment (off, serving its defaults), not yet written."""
+    return [
+        NewSetting(
             flag_id=flag.id,
             environment_id=env.id,
             enabled=False,
@@ -94,13 +100,15 @@ def _new_settings(
             version=1,
             updated_at=flag.created_at,
         )
-        scope.session.add(setting)
-        settings.append(setting)
-    return settings
+        for env in environments
+    ]
 
 
 def _created(
-    scope: Scope, flag: Flag, settings: list[FlagSetting], environments: Sequence[Environment]
+    scope: Scope,
+    flag: FlagRow,
+    settings: Sequence[SettingRow],
+    environments: Sequence[Environment],
 ) -> s.Flag:
     """The new flag as the API answers it, its creation audited."""
     out = flag_out(flag, [(x, env.key) for x, env in zip(settings, environments, strict=True)])
@@ -110,10 +118,14 @@ def _created(
 
 async def create_flag(scope: Scope, body: s.FlagCreate) -> s.Flag:
     scope.require(Permission.EDIT)
-    flag, on_idx, off_idx = _new_flag(scope, body)
+    made, on_idx, off_idx = _new_flag(scope, body)
+    flag = Flag(**insert_values(made))
     await written_once(scope, "a flag", body.key, flag)
     environments = await scope.environments()
-    settings = _new_settings(scope, flag, environments, on_idx, off_idx)
+    settings = [
+        FlagSetting(**insert_values(x)) for x in _new_settings(made, environments, on_idx, off_idx)
+    ]
+    scope.session.add_all(settings)
     out = _created(scope, flag, settings, environments)
     await scope.session.flush()
     await scope.changed((env.id for env in environments), flags=[flag.key])
@@ -126,18 +138,18 @@ class FlagCreator:
     read once, and the rows are published together by ``close``. Nothing else may create flags
     or environments between ``open`` and ``close`` (patching them is safe).
 
-    The rows are added to the session and left there (``made``), for the bulk settings writers
-    that follow to take (``SettingsWriter.open``): a new flag's settings are then written as one
-    INSERT of their final values, not an INSERT and an UPDATE, and a rehearsal that is rolled
-    back writes none of them. Whoever opens the creator flushes its rows before the unit of
-    work ends (``flush``)."""
+    The rows are made as plain objects (``NewFlag``, ``NewSetting``) and kept (``made``), for
+    the bulk settings writers that follow to take (``SettingsWriter.open``) and write their
+    settings into: each row is then written once, with its final values, by one INSERT of
+    them all (``flush``), and a rehearsal that writes nothing makes no ORM object at all.
+    Whoever opens the creator flushes its rows before anything reads them from the database."""
 
     def __init__(self, scope: Scope, keys: set[str], environments: list[Environment]) -> None:
         self.scope = scope
         self.keys = keys
         self.environments = environments
         self.created: list[str] = []
-        self.made: dict[str, tuple[Flag, dict[str, FlagSetting]]] = {}  # by key: by env id
+        self.made: dict[str, tuple[NewFlag, dict[str, NewSetting]]] = {}  # by key: by env id
 
     @classmethod
     async def open(cls, scope: Scope) -> FlagCreator:
@@ -153,27 +165,29 @@ class FlagCreator:
         if flag.key in self.keys:  # read at ``open``, under the project's write lock
             raise key_taken("a flag", body.key)
         self.keys.add(flag.key)
-        self.scope.session.add(flag)
         self.created.append(flag.key)
-        settings = _new_settings(self.scope, flag, self.environments, on_idx, off_idx)
+        settings = _new_settings(flag, self.environments, on_idx, off_idx)
         if not self.scope.rehearsal:  # a rehearsal records nothing: nothing to describe
             _created(self.scope, flag, settings, self.environments)
         self.made[flag.key] = (flag, {setting.environment_id: setting for setting in settings})
 
     async def close(self) -> None:
-        """Publish the flags created (their rows are flushed by ``flush``)."""
+        """Publish the flags created (their rows are written by ``flush``)."""
         if not self.created:
             return
-        with self.scope.session.no_autoflush:
-            ids = (env.id for env in self.environments)
-            await self.scope.changed(ids, flags=self.created)
+        ids = (env.id for env in self.environments)
+        await self.scope.changed(ids, flags=self.created)
         self.created = []
 
     async def flush(self) -> None:
+        """Write the rows made: the flags, then their settings, each table one INSERT."""
         if not self.made:
             return
-        await written_once(self.scope, "a flag", None)
+        flags = [insert_values(flag) for flag, _ in self.made.values()]
+        settings = [insert_values(x) for _, made in self.made.values() for x in made.values()]
         self.made = {}
+        await inserted_once(self.scope, "a flag", insert(Flag), flags)
+        await inserted_once(self.scope, "a flag", insert(FlagSetting), settings)
 
 
 async def patch_flag(scope: Scope, key: str, body: s.FlagPatch) -> s.Flag:

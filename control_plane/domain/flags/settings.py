@@ -12,7 +12,15 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm.attributes import flag_modified
 
 from control_plane.access import Permission
-from control_plane.db.models import Environment, Flag, FlagSetting, ScheduledChange, Segment
+from control_plane.db.models import (
+    Environment,
+    Flag,
+    FlagRow,
+    FlagSetting,
+    ScheduledChange,
+    Segment,
+    SettingRow,
+)
 from control_plane.db.types import utcnow
 from control_plane.domain import problems as base
 from control_plane.domain.common import Scope
@@ -32,7 +40,7 @@ if TYPE_CHECKING:
     from control_plane.domain.flags.services import FlagCreator
 
 
-async def _expect_setting(scope: Scope, setting: FlagSetting) -> None:
+async def _expect_setting(scope: Scope, setting: SettingRow) -> None:
     if scope.if_match is None:
         return  # no If-Match: nothing to compare (and no clauses to build, many times over)
     await scope.expect_version(
@@ -66,8 +74,8 @@ class SettingsWriter:
         self.scope = scope
         self.env = env
         self.bulk = bulk
-        self.flags: dict[str, Flag] = {}  # the flags read, by key
-        self.settings: dict[str, FlagSetting] = {}  # their settings here, by flag id
+        self.flags: dict[str, FlagRow] = {}  # the flags read (or made), by key
+        self.settings: dict[str, SettingRow] = {}  # their settings here, by flag id
         self.graph: dict[str, list[str]] = {}  # bulk: every flag's prerequisites here
         self.segments: dict[str, w.SegmentSnapshot] = {}  # bulk: the project's
         self.written: list[str] = []  # flag keys written, published by ``close``
@@ -79,8 +87,8 @@ class SettingsWriter:
     ) -> SettingsWriter:
         """A bulk writer of the environment ``env_key``, the flags ``keys`` read at once (any
         other flag a write names is read when named), and the flags ``creator`` made in this
-        unit of work taken as they are, not yet flushed: their rows are written once, with
-        what this writer puts in them. Its reads do not flush them (the writer holds them)."""
+        unit of work taken as they are, not yet written: their rows are written once, with
+        what this writer puts in them (``FlagCreator.flush``)."""
         scope.require(Permission.EDIT)
         with scope.session.no_autoflush:
             writer = cls(scope, await scope.environment(env_key), bulk=True)
@@ -135,7 +143,7 @@ class SettingsWriter:
                 await self.scope.changed([self.env.id], flags=self.written)
             self.written = []
 
-    async def _flag_setting(self, key: str) -> tuple[Flag, FlagSetting]:
+    async def _flag_setting(self, key: str) -> tuple[FlagRow, SettingRow]:
         if self.bulk:
             await self._load([key])
         flag = self.flags.get(key)
@@ -146,7 +154,7 @@ class SettingsWriter:
             raise not_found("flag setting", f"{key}/{self.env.key}")
         return flag, setting
 
-    async def _others(self, keys: Collection[str]) -> dict[str, Flag]:
+    async def _others(self, keys: Collection[str]) -> dict[str, FlagRow]:
         if self.bulk:
             await self._load(keys)
             return {k: self.flags[k] for k in keys if k in self.flags}
@@ -196,7 +204,7 @@ class SettingsWriter:
         return {other.key: flag_snapshot(other, other_setting) for other, other_setting in rows}
 
     async def _prerequisites(
-        self, flag: Flag, given: Sequence[s.PrerequisiteIn], problems: base.Problems
+        self, flag: FlagRow, given: Sequence[s.PrerequisiteIn], problems: base.Problems
     ) -> list[w.Prerequisite]:
         out: list[w.Prerequisite] = []
         others = await self._others({p.key for p in given})
@@ -234,7 +242,7 @@ class SettingsWriter:
                 problems.add("prerequisites", "would make a cycle: " + " -> ".join(cycle))
         return out
 
-    async def _check_with_engine(self, flag: Flag, setting: FlagSetting) -> None:
+    async def _check_with_engine(self, flag: FlagRow, setting: SettingRow) -> None:
         """Refuse what the evaluation engine could not compile (regexes, versions, dates,
         cycles)."""
         segments = await self._segments()
@@ -244,9 +252,10 @@ class SettingsWriter:
         except CompileError as exc:
             raise invalid(exc.path or "body", exc.message) from exc
 
-    async def _save(self, flag: Flag, setting: FlagSetting) -> None:
+    async def _save(self, flag: FlagRow, setting: SettingRow) -> None:
         if not self.bulk:
-            await _save_setting(self.scope, flag, self.env, setting)
+            assert isinstance(setting, FlagSetting)  # one write's rows are read (``_writer``)
+            await _save_setting(self.scope, flag.key, self.env, setting)
             return
         setting.version += 1
         self.graph[flag.key] = [p["key"] for p in setting.prerequisites]
@@ -254,8 +263,9 @@ class SettingsWriter:
         if self.scope.rehearsal:
             return  # never flushed (``close``)
         setting.updated_at = utcnow()
-        for column in WRITTEN:  # every setting's UPDATE alike: one executemany at ``close``
-            flag_modified(setting, column)
+        if isinstance(setting, FlagSetting):  # a new row is written whole (``FlagCreator``)
+            for column in WRITTEN:  # every setting's UPDATE alike: one executemany at ``close``
+                flag_modified(setting, column)
 
     async def put(
         self, key: str, settings: s.EnvironmentSettingsIn | None, rules: s.RulesIn | None
@@ -268,7 +278,7 @@ class SettingsWriter:
         if rules is not None:
             await self._put_rules(key, rules, described=described)
 
-    async def _writable(self, key: str, doing: str) -> tuple[Flag, FlagSetting]:
+    async def _writable(self, key: str, doing: str) -> tuple[FlagRow, SettingRow]:
         """The flag ``key`` and its setting here, once the write may go ahead: the permission,
         the environment's approval rule, the flag not archived, the If-Match version."""
         self.scope.require(Permission.EDIT)
@@ -336,7 +346,7 @@ class SettingsWriter:
         )
         return after
 
-    def _rules_out(self, flag: Flag, setting: FlagSetting) -> s.Rules:
+    def _rules_out(self, flag: FlagRow, setting: SettingRow) -> s.Rules:
         return s.Rules(
             flag=flag.key,
             environment=self.env.key,
@@ -409,7 +419,7 @@ async def toggle(scope: Scope, key: str, env_key: str, enabled: bool) -> s.Toggl
     await _expect_setting(scope, setting)
     if setting.enabled != enabled:
         setting.enabled = enabled
-        await _save_setting(scope, flag, env, setting)
+        await _save_setting(scope, flag.key, env, setting)
         scope.audit(
             "flag.toggle",
             "flag",
@@ -429,11 +439,11 @@ async def put_rules(scope: Scope, key: str, env_key: str, body: s.RulesIn) -> s.
     return await writer.put_rules(key, body)
 
 
-async def _save_setting(scope: Scope, flag: Flag, env: Environment, setting: FlagSetting) -> None:
+async def _save_setting(scope: Scope, key: str, env: Environment, setting: FlagSetting) -> None:
     setting.version += 1
     setting.updated_at = utcnow()
     await scope.session.flush()
-    await scope.changed([env.id], flags=[flag.key])
+    await scope.changed([env.id], flags=[key])
 
 
 async def apply_scheduled(scope: Scope, row: ScheduledChange, flag_key: str, env_key: str) -> str:

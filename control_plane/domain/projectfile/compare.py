@@ -53,7 +53,7 @@ def rules(given: list[RuleIn], live: list[RuleIn] | None) -> list[dict[str, Any]
 
 
 def setting(given: s.FlagEnvironmentDoc, live: s.FlagEnvironmentDoc | None) -> dict[str, Any]:
-    out: dict[str, Any] = _plain(given)
+    out: dict[str, Any] = _plain(msgspec.structs.replace(given, rules=[]))  # rules: below
     for target in out["targets"]:
         target["values"] = _once(target["values"])
     out["rules"] = rules(given.rules, live.rules if live else None)

@@ -209,7 +209,7 @@ def _setting(
     if p.approvals.get(env, 0) > 0:
         p.note("setting", given.key, "propose", changes, env)
         settings = steps.settings_body(after, names) if names - {"rules"} else None
-        rules = steps.rules_body(after) if "rules" in names else None
+        rules = steps.rules_body(after).rules if "rules" in names else None
         p.propose(env, ChangeIn(flag=given.key, settings=settings, rules=rules))
         return
     p.note("setting", given.key, "create" if live is None else "update", changes, env)

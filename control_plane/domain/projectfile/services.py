@@ -56,14 +56,15 @@ async def _execute(scope: Scope, planner: Planner) -> None:
                 phase = step.phase
             with named(step.where):
                 await step.run(unit)
-        await _close(unit, None)
+        await _close(unit, None, last=not planner.proposals)
 
 
-async def _close(unit: Unit, following: Phase | None) -> None:
+async def _close(unit: Unit, following: Phase | None, *, last: bool = False) -> None:
     """The end of a phase: what its bulk writers hold is flushed and published (the only bulk
-    writers are the flags': a refusal there names the document's flags)."""
+    writers are the flags': a refusal there names the document's flags). ``last``: the end of
+    the steps, with no change request to open after them."""
     with named("flags"):
-        await unit.close(settings_next=following == Phase.SETTING)
+        await unit.close(settings_next=following == Phase.SETTING, last=last)
 
 
 async def _propose(scope: Scope, planner: Planner, file_name: str) -> list[s.OpenedRequest]:

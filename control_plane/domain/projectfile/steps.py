@@ -66,16 +66,17 @@ class Unit:
         finally:
             self.scope.batch = None
 
-    async def close(self, settings_next: bool = False) -> None:
+    async def close(self, settings_next: bool = False, *, last: bool = False) -> None:
         """Flush and publish what the open writers hold, and write the audit entries kept.
         ``settings_next``: the settings' phase follows, whose writers take the flags just
-        created as they are (``flags.FlagCreator``): they are flushed after it, with their
-        settings, in one INSERT each. A rehearsal flushes none of them (it is rolled back)."""
+        created as they are (``flags.FlagCreator``): they are written after it, with their
+        settings, in one INSERT each. ``last``: nothing reads the database after (no step,
+        no change request), so a rehearsal, rolled back, writes none of them."""
         if self._creator is not None:
             await self._creator.close()
             self._made, self._creator = self._creator, None
         if self._made is not None and not settings_next:
-            if not self.scope.rehearsal:
+            if not (last and self.scope.rehearsal):
                 await self._made.flush()
             self._made = None
         for writer in self._writers.values():
@@ -201,8 +202,10 @@ def settings_body(after: dict[str, Any], names: set[str]) -> fl.EnvironmentSetti
     return msgspec.convert(_some(after, names - {"rules"}), fl.EnvironmentSettingsIn)
 
 
-def rules_body(after: dict[str, Any]) -> list[fl.RuleIn]:
-    return msgspec.convert(after["rules"], list[fl.RuleIn])
+def rules_body(after: dict[str, Any]) -> fl.RulesIn:
+    """The rules of ``after``, converted as a struct (a ``list[...]`` type is read anew by
+    msgspec at every call: that cost more than the conversion)."""
+    return msgspec.convert({"rules": after["rules"]}, fl.RulesIn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +229,7 @@ class PutSetting:
 
 def put_setting(key: str, env: str, after: dict[str, Any], names: set[str]) -> PutSetting:
     settings = settings_body(after, names) if names - {"rules"} else None
-    rules = fl.RulesIn(rules=rules_body(after)) if "rules" in names else None
+    rules = rules_body(after) if "rules" in names else None
     return PutSetting(key, env, settings, rules)
 
 
