@@ -15,7 +15,7 @@ not match).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from shared.engine.model import CompileError, InvalidAt, join
 from shared.engine.operators import ARRAYS, SEGMENT_MATCH
@@ -280,6 +280,94 @@ def _cycle_through(root: str, graph: Mapping[str, Iterable[str]]) -> list[str] |
             stack.pop()
             path.pop()
     return None
+
+
+def _longest(start: str, edges: Callable[[str], Iterable[str]]) -> list[str]:
+    """The longest path from ``start`` along ``edges`` (keys only, no repeats), as
+    ``[start, ..., end]``: iterative, each key walked once; an edge back into the path walked
+    (a cycle, which the caller refuses first) is not followed."""
+    length: dict[str, int] = {}
+    after: dict[str, str | None] = {}
+    walking = {start}
+    stack = [(start, iter(edges(start)))]
+    while stack:
+        node, pending = stack[-1]
+        for other in pending:
+            if other not in length and other not in walking:
+                walking.add(other)
+                stack.append((other, iter(edges(other))))
+                break
+        else:
+            stack.pop()
+            walking.discard(node)
+            best, best_after = 1, None
+            for other in edges(node):
+                if other in length and length[other] + 1 > best:
+                    best, best_after = length[other] + 1, other
+            length[node], after[node] = best, best_after
+    path, step = [start], after[start]
+    while step is not None:
+        path.append(step)
+        step = after[step]
+    return path
+
+
+Refusal = tuple[Literal["cycle", "too deep"], list[str]]
+
+
+class Chains:
+    """Which keys name which: an environment's flags and their prerequisites, or a project's
+    segments and the segments their rules name, known both ways, as the control plane changes
+    one key at a time. The one home of what such a change must keep for the environment to
+    compile (``order_keys``' rules, on the whole graph): no cycle through the key changed, and
+    no chain of references through it longer than ``MAX_NESTING``, however far above or below
+    it the chain's ends are. A key the graph does not hold is unknown: naming it is no edge."""
+
+    def __init__(self, names: Mapping[str, Iterable[str]]) -> None:
+        self.names: dict[str, list[str]] = {}
+        self.named_by: dict[str, set[str]] = {}
+        for key, named in names.items():
+            self.set(key, named)
+
+    def set(self, key: str, names: Iterable[str]) -> None:
+        """``key`` names ``names`` from now on."""
+        for other in self.names.get(key, ()):
+            self.named_by.get(other, set()).discard(key)
+        self.names[key] = list(dict.fromkeys(names))
+        for other in self.names[key]:
+            self.named_by.setdefault(other, set()).add(key)
+
+    def refusal(self, key: str, names: Iterable[str]) -> Refusal | None:
+        """Why ``key`` may not name ``names`` (the rest as it is), with the keys at fault: the
+        cycle ``[key, ..., key]``, or the chain too long from its top to its bottom; None when
+        it may. The graph is left as it was."""
+        held = self.names.get(key)
+        self.set(key, names)
+        try:
+            cycle = _cycle_through(key, self.names)
+            if cycle is not None:
+                return "cycle", cycle
+            below = _longest(key, lambda k: [o for o in self.names.get(k, ()) if o in self.names])
+            above = _longest(key, lambda k: sorted(self.named_by.get(k, ())))
+            chain = [*reversed(above[1:]), *below]
+            return ("too deep", chain) if len(chain) > MAX_NESTING else None
+        finally:
+            if held is None:
+                self.set(key, ())
+                del self.names[key]
+            else:
+                self.set(key, held)
+
+    @staticmethod
+    def message(refusal: Refusal, what: str) -> str:
+        """The refusal in words: ``what`` are the references (``prerequisites``, ``segments``)."""
+        kind, keys = refusal
+        if kind == "cycle":
+            return f"would make a cycle: {' -> '.join(keys)}"
+        return (
+            f"{what} nested more than {MAX_NESTING} deep ({len(keys)}): "
+            f"{' -> '.join(keys[:3])} -> ... -> {' -> '.join(keys[-2:])}"
+        )
 
 
 def segment_cycle(key: str, names: Mapping[str, Iterable[str]]) -> list[str] | None:

@@ -381,3 +381,40 @@ def test_segment_change_republishes_environments_that_use_it(
     after = versions()
     assert after["staging"] == before["staging"] + 1  # the rule lives in staging
     assert after["production"] == before["production"]
+
+
+def test_no_write_makes_a_chain_deeper_than_the_engine_compiles(api: Api) -> None:
+    """The engine refuses a chain of prerequisites, or of segments naming segments, more than
+    ``MAX_NESTING`` (32) long: the flags at its top would serve errors. Each write is checked on
+    the whole would-be graph, so lengthening a chain at its bottom, far from the flag at the top
+    it makes too deep, is refused too; a chain of exactly 32 is kept and evaluates."""
+    for i in range(34):
+        create(api, {"key": f"c{i}"})
+    for i in reversed(range(31)):  # c0 -> c1 -> ... -> c31: 32 flags
+        put = api.put(
+            f"/flags/c{i}/environments/production",
+            {"prerequisites": [{"key": f"c{i + 1}", "variation": 0}]},
+        )
+        assert put.status_code == 200, put.text
+    preview = api.post("/flags/c0/environments/production/evaluate", {"context": {"key": "u"}})
+    assert preview.json()["reason"] != "ERROR", preview.text
+    for flag, named in (("c31", "c32"), ("c33", "c0")):  # at the bottom, then above the top
+        refused = api.put(
+            f"/flags/{flag}/environments/production",
+            {"prerequisites": [{"key": named, "variation": 0}]},
+        )
+        assert refused.status_code == 422, refused.text
+        assert "nested more than 32 deep" in refused.json()["error"]["message"]
+        assert fields(refused) == ["prerequisites"]
+    preview = api.post("/flags/c0/environments/production/evaluate", {"context": {"key": "u"}})
+    assert preview.json()["reason"] != "ERROR", preview.text
+
+    segment(api, {"key": "s31"})
+    for i in reversed(range(31)):  # s0 names s1 ... s30 names s31: 32 segments
+        segment(api, {"key": f"s{i}", "rules": [{"clauses": [{"segment": f"s{i + 1}"}]}]})
+    segment(api, {"key": "s32"})
+    refused = api.patch("/segments/s31", {"rules": [{"clauses": [{"segment": "s32"}]}]})
+    assert refused.status_code == 422, refused.text
+    assert "nested more than 32 deep" in refused.json()["error"]["message"]
+    refused = api.post("/segments", {"key": "above", "rules": [{"clauses": [{"segment": "s0"}]}]})
+    assert refused.status_code == 422, refused.text

@@ -9,8 +9,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shared.engine import (
+    Chains,
     compile_patch,
     compile_snapshot,
     prerequisite_cycle,
@@ -19,6 +22,7 @@ from shared.engine import (
     validate_flag,
     validate_segment,
 )
+from shared.engine.graph import MAX_NESTING, order_keys
 from tests.engine.builders import (
     clause,
     flag,
@@ -124,3 +128,47 @@ def test_checking_a_flag_or_segment_leaves_no_cycles_behind() -> None:
     finally:
         if was:
             gc.enable()
+
+
+@st.composite
+def _graph_and_change(draw: st.DrawFn) -> tuple[dict[str, list[str]], str, list[str]]:
+    """Two chains the compiler takes (each at most ``MAX_NESTING`` long, with a few shortcuts
+    along them), and one key's new references: joining the chains anywhere, closing a cycle,
+    naming an unknown key, or nothing."""
+    graph: dict[str, list[str]] = {}
+    for name in ("a", "b"):
+        keys = [f"{name}{i}" for i in range(draw(st.integers(1, MAX_NESTING)))]
+        for i, key in enumerate(keys):
+            later = keys[i + 1 :]
+            graph[key] = later[:1] + draw(
+                st.lists(st.sampled_from(later), max_size=1) if later else st.just([])
+            )
+    keys = list(graph)
+    key = draw(st.sampled_from([*keys, "new"]))
+    names = draw(st.lists(st.sampled_from([*keys, "gone"]), max_size=2))
+    return graph, key, names
+
+
+def _edges(graph: dict[str, list[str]]) -> Any:
+    return lambda key: [(f"p[{i}]", other) for i, other in enumerate(graph[key]) if other in graph]
+
+
+@given(_graph_and_change())
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+def test_chains_refuses_exactly_what_the_compiler_would(
+    case: tuple[dict[str, list[str]], str, list[str]],
+) -> None:
+    """The control plane's check of one key's change (``Chains.refusal``) refuses exactly the
+    changes after which the compiler, ordering the whole graph, fails some key: a cycle, or a
+    chain more than ``MAX_NESTING`` long wherever its ends are."""
+    graph, key, names = case
+    chains = Chains(graph)
+    refusal = chains.refusal(key, names)
+    after = {**graph, key: names}
+    failed = order_keys(list(after), _edges(after), "flags", "prerequisite")[1]
+    assert (refusal is not None) == bool(failed), (refusal, failed)
+    if refusal is not None:
+        kind, keys = refusal
+        assert key in keys
+        assert kind == "cycle" or len(keys) == MAX_NESTING + 1 or len(keys) > MAX_NESTING
+    assert chains.names == {k: list(dict.fromkeys(v)) for k, v in graph.items()}  # as it was

@@ -260,3 +260,37 @@ def test_one_apply_is_published_once_with_each_environment_once(
     envs = {e["key"]: e["id"] for e in ok(seeded.get("/environments"))["environments"]}
     assert set(change.environments) == {envs["staging"], envs["production"]}
     assert change.environments[envs["staging"]].flags == {"checkout", "login"}
+
+
+def test_a_chain_of_prerequisites_longer_than_any_stack_is_refused_naming_its_path(
+    seeded: Api,
+) -> None:
+    """A document whose flags each need the next, 1,500 deep: the plan orders them with a walk
+    of its own (a recursive one overflowed Python's stack, a 500), and the engine refuses the
+    nesting at the flag that starts it, with nothing written."""
+    document = export(seeded)
+    chain = 1500
+    for i in range(chain):
+        needs = [{"key": f"chain-{i + 1}", "variation": 0}] if i + 1 < chain else []
+        document["flags"].append(
+            {
+                "key": f"chain-{i}",
+                "type": "boolean",
+                "variations": [{"value": True}, {"value": False}],
+                "environments": {
+                    "staging": {
+                        "enabled": True,
+                        "offVariation": 1,
+                        "fallthrough": {"variation": 0},
+                        "prerequisites": needs,
+                    }
+                },
+            }
+        )
+    for path in ("/plan", "/apply"):
+        refused = seeded.post(path, {"document": document})
+        assert refused.status_code == 422, refused.text[:2000]
+        message = refused.json()["error"]["message"]
+        assert "nested more than" in message, message
+        assert message.startswith("flags["), message
+    assert [f["key"] for f in export(seeded)["flags"]] == ["checkout", "login"]

@@ -33,7 +33,7 @@ from control_plane.domain.snapshots import flag_snapshot, segments_for
 from control_plane.domain.targeting import clauses as targeting
 from control_plane.domain.targeting.schemas import ServeIn
 from control_plane.errors import invalid, not_found
-from shared.engine import CompileError, prerequisite_cycle, validate_flag
+from shared.engine import Chains, CompileError, validate_flag
 from shared.wire import snapshot as w
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class SettingsWriter:
         self.bulk = bulk
         self.flags: dict[str, FlagRow] = {}  # the flags read (or made), by key
         self.settings: dict[str, SettingRow] = {}  # their settings here, by flag id
-        self.graph: dict[str, list[str]] = {}  # bulk: every flag's prerequisites here
+        self.chains = Chains({})  # bulk: every flag's prerequisites here
         self.segments: dict[str, w.SegmentSnapshot] = {}  # bulk: the project's
         self.written: list[str] = []  # flag keys written, published by ``close``
         self.missing: set[str] = set()  # bulk: keys read and not found
@@ -99,12 +99,13 @@ class SettingsWriter:
                     Flag.project_id == scope.project_id, FlagSetting.environment_id == writer.env.id
                 )
             )
-            writer.graph = {key: [p["key"] for p in prereqs] for key, prereqs in rows}
+            writer.chains = Chains({key: [p["key"] for p in prereqs] for key, prereqs in rows})
             writer.segments = await segments_for(scope.session, scope.project_id)
         for flag, settings in (creator.made if creator is not None else {}).values():
             if writer.env.id in settings:
                 writer.flags[flag.key] = flag
                 writer.settings[flag.id] = settings[writer.env.id]
+                writer.chains.set(flag.key, ())  # there from the start, naming nothing yet
         await writer._load(keys)
         return writer
 
@@ -165,9 +166,9 @@ class SettingsWriter:
             )
         }
 
-    async def _graph(self) -> dict[str, list[str]]:
+    async def _chains(self) -> Chains:
         if self.bulk:
-            return self.graph
+            return self.chains
         rows = await self.scope.session.execute(
             select(Flag.key, FlagSetting.prerequisites)
             .join(FlagSetting, FlagSetting.flag_id == Flag.id)
@@ -175,7 +176,7 @@ class SettingsWriter:
                 Flag.project_id == self.scope.project_id, FlagSetting.environment_id == self.env.id
             )
         )
-        return {key: [p["key"] for p in prereqs] for key, prereqs in rows}
+        return Chains({key: [p["key"] for p in prereqs] for key, prereqs in rows})
 
     async def _segments(self) -> dict[str, w.SegmentSnapshot]:
         if self.bulk:
@@ -228,18 +229,10 @@ class SettingsWriter:
             seen.add(item.key)
             out.append(w.Prerequisite(key=item.key, variation=item.variation))
         if not problems.items and out:
-            graph = await self._graph()
-            held = graph.get(flag.key)
-            graph[flag.key] = [p.key for p in out]
-            try:
-                cycle = prerequisite_cycle(flag.key, graph)  # the engine's rule, would-be graph
-            finally:
-                if held is None:
-                    del graph[flag.key]
-                else:
-                    graph[flag.key] = held
-            if cycle:
-                problems.add("prerequisites", "would make a cycle: " + " -> ".join(cycle))
+            chains = await self._chains()  # the engine's rules, on the would-be graph
+            refusal = chains.refusal(flag.key, [p.key for p in out])
+            if refusal is not None:
+                problems.add("prerequisites", Chains.message(refusal, "prerequisites"))
         return out
 
     async def _check_with_engine(self, flag: FlagRow, setting: SettingRow) -> None:
@@ -258,7 +251,7 @@ class SettingsWriter:
             await _save_setting(self.scope, flag.key, self.env, setting)
             return
         setting.version += 1
-        self.graph[flag.key] = [p["key"] for p in setting.prerequisites]
+        self.chains.set(flag.key, [p["key"] for p in setting.prerequisites])
         self.written.append(flag.key)
         if self.scope.rehearsal:
             return  # never flushed (``close``)

@@ -234,18 +234,22 @@ def put_setting(key: str, env: str, after: dict[str, Any], names: set[str]) -> P
 
 
 def topological(keys: list[str], needs: dict[str, list[str]]) -> dict[str, int]:
-    """Each key's place with what it needs first (a cycle is left to the services to refuse)."""
+    """Each key's place with what it needs first (a cycle is left to the services to refuse).
+    A walk with a stack of its own: however long a chain of needs, and no closure calling
+    itself (a reference cycle holding ``needs`` until the cycle collector runs)."""
     placed: dict[str, int] = {}
     visiting: set[str] = set()
-
-    def visit(key: str) -> None:
-        if key in placed or key in visiting or key not in needs:
-            return
-        visiting.add(key)
-        for other in needs[key]:
-            visit(other)
-        placed[key] = len(placed)
-
-    for key in keys:
-        visit(key)
+    for root in keys:
+        stack = [(root, iter(needs.get(root, ())))] if root in needs else []
+        visiting.add(root)
+        while stack:
+            key, pending = stack[-1]
+            other = next(pending, None)
+            if other is None:
+                stack.pop()
+                if key not in placed:
+                    placed[key] = len(placed)
+            elif other in needs and other not in placed and other not in visiting:
+                visiting.add(other)
+                stack.append((other, iter(needs[other])))
     return placed

@@ -22,7 +22,7 @@ from control_plane.domain.snapshots import segment_snapshot
 from control_plane.domain.targeting import clauses as targeting
 from control_plane.domain.targeting.schemas import clause_out
 from control_plane.errors import conflict, invalid
-from shared.engine import CompileError, segment_cycle, segments_named, validate_segment
+from shared.engine import Chains, CompileError, segments_named, validate_segment
 from shared.wire import snapshot as w
 from shared.wire.kinds import USER
 
@@ -159,15 +159,13 @@ def _check_with_engine(row: Segment, others: list[Segment]) -> None:
         raise invalid(exc.path or "body", exc.message) from exc
 
 
-def _check_cycle(key: str, rules: list[w.SegmentRule], others: list[Segment]) -> None:
-    """Refuse rules that would make segments name each other in a cycle (the engine's rule)."""
-    names = {row.key: segments_named(row.rules) for row in others}
-    names[key] = segments_named(rules)
-    cycle = segment_cycle(key, names)
-    if cycle is not None:
-        raise invalid(
-            "rules", "segments would refer to each other in a cycle: " + " -> ".join(cycle)
-        )
+def _check_chains(key: str, rules: list[w.SegmentRule], others: list[Segment]) -> None:
+    """Refuse rules that would make segments name each other in a cycle, or in a chain longer
+    than the engine compiles, through this one (the engine's rules, on the whole graph)."""
+    chains = Chains({row.key: segments_named(row.rules) for row in others if row.key != key})
+    refusal = chains.refusal(key, segments_named(rules))
+    if refusal is not None:
+        raise invalid("rules", Chains.message(refusal, "segments"))
 
 
 async def _users(scope: Scope, key: str) -> tuple[list[str], set[str]]:
@@ -220,7 +218,7 @@ async def create_segment(scope: Scope, body: s.SegmentCreate) -> s.Segment:
     others = await _all(scope)
     rules = _rules(problems, body.rules, frozenset(r.key for r in others))
     problems.raise_if_any()
-    _check_cycle(body.key, rules, others)
+    _check_chains(body.key, rules, others)
     now = utcnow()
     row = Segment(
         id=new_id("seg"),
@@ -281,7 +279,7 @@ async def patch_segment(scope: Scope, key: str, body: s.SegmentPatch) -> s.Segme
     )
     problems.raise_if_any()
     if rules is not None:
-        _check_cycle(key, rules, others)
+        _check_chains(key, rules, others)
         row.rules = [msgspec.to_builtins(r) for r in rules]
     take_given(row, body, "name", "description")
     if included is not None:
