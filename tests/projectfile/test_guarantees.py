@@ -4,6 +4,7 @@ required, records every change as applied from the file, and prunes only when as
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -294,3 +295,23 @@ def test_a_chain_of_prerequisites_longer_than_any_stack_is_refused_naming_its_pa
         assert "nested more than" in message, message
         assert message.startswith("flags["), message
     assert [f["key"] for f in export(seeded)["flags"]] == ["checkout", "login"]
+
+
+def test_the_cycle_collector_runs_again_after_every_document_request(seeded: Api) -> None:
+    """A document's request pauses Python's cycle collector from its body to its answer
+    (``paused_per_request``); whatever the answer (a plan, a refusal, a body too large, an
+    export), the collector runs again once it is sent."""
+    assert gc.isenabled()
+    document = export(seeded)
+    assert seeded.post("/plan", {"document": document}).status_code == 200
+    assert gc.isenabled()
+    undecodable, refused = edited(document), edited(document)
+    flag_of(undecodable, "checkout")["variations"] = "none"
+    flag_of(refused, "checkout")["type"] = "boolean"  # a flag's type never changes
+    for bad in (undecodable, refused):
+        assert seeded.post("/plan", {"document": bad}).status_code == 422
+        assert seeded.post("/apply", {"document": bad}).status_code == 422
+    assert gc.isenabled()
+    assert seeded.post("/apply", {"document": {"flags": "x" * (33 << 20)}}).status_code == 413
+    assert seeded.get("/export").status_code == 200
+    assert gc.isenabled()

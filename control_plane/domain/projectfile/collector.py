@@ -1,10 +1,13 @@
-"""Python's cycle collector paused while a project document is read, planned or applied."""
+"""Python's cycle collector paused while a request reads, plans, applies or exports a project
+document: from its body's decoding to its answer's last byte (``paused_per_request``)."""
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 
 class _Collector:
@@ -31,3 +34,16 @@ def collector_paused() -> Iterator[None]:
         _Collector.running -= 1
         if _Collector.running == 0 and _Collector.resume:
             gc.enable()
+
+
+def paused_per_request(app: ASGIApp) -> ASGIApp:
+    """A middleware: the collector paused for each whole request (``collector_paused``). When
+    it runs again the request's objects (the document decoded, the plan, the answer) have been
+    freed by reference counting, so its first pass walks few; paused only inside the handler,
+    that pass walked all of them while the answer was encoded (0.3 s of CPU at 10,000 flags)."""
+
+    async def paused(scope: Scope, receive: Receive, send: Send) -> None:
+        with collector_paused():
+            await app(scope, receive, send)
+
+    return paused

@@ -122,6 +122,9 @@ def diff(before: Any, after: Any, path: str = "") -> list[FieldChange]:
     """Where ``after`` differs from ``before``: leaves of objects, items of equally long lists,
     a whole list when its length changed."""
     if isinstance(before, dict) and isinstance(after, dict):
+        if not before:  # a resource created: each field given, as it is (what follows would)
+            prefix = f"{path}." if path else ""
+            return [FieldChange(f"{prefix}{k}", None, v) for k, v in after.items() if v is not None]
         out: list[FieldChange] = []
         for key in [*before, *(k for k in after if k not in before)]:
             out += diff(before.get(key), after.get(key), f"{path}.{key}" if path else key)

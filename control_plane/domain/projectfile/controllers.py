@@ -18,7 +18,7 @@ from control_plane.auth import KeyKind, requires
 from control_plane.deps import Ctx
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile import services
-from control_plane.domain.projectfile.collector import collector_paused
+from control_plane.domain.projectfile.collector import paused_per_request
 from control_plane.domain.projectfile.export import document_builtins
 from control_plane.errors import ApiError, FieldError, StrictBody
 
@@ -36,8 +36,7 @@ class DocumentBody(StrictBody[T]):
 
     def decode_bytes(self, value: bytes) -> Any:
         try:
-            with collector_paused():
-                return super().decode_bytes(value)
+            return super().decode_bytes(value)
         except ApiError as exc:
             if exc.status != 422:
                 raise
@@ -119,6 +118,7 @@ class ProjectFileController(Controller):
     path = ""
     tags = ["flags as code"]
     guards = [requires(KeyKind.MANAGEMENT)]
+    middleware = [paused_per_request]
 
     @get(
         "/export",

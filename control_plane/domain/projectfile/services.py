@@ -22,7 +22,6 @@ from control_plane.domain.changes.schemas import ChangeIn
 from control_plane.domain.common import Scope
 from control_plane.domain.projectfile import schemas as s
 from control_plane.domain.projectfile.checks import check
-from control_plane.domain.projectfile.collector import collector_paused
 from control_plane.domain.projectfile.export import Live, read_live
 from control_plane.domain.projectfile.planner import Planner, plan
 from control_plane.domain.projectfile.steps import Phase, Unit
@@ -114,11 +113,6 @@ async def plan_project(scope: Scope, body: s.PlanIn, webhook_private: str = "non
     """What applying ``body.document`` would do; its steps are run and rolled back, so a
     document the services would refuse is refused here, named by its path. ``webhook_private``:
     the private addresses a webhook may reach (the instance's settings)."""
-    with collector_paused():
-        return await _plan(scope, body, webhook_private)
-
-
-async def _plan(scope: Scope, body: s.PlanIn, webhook_private: str) -> s.Plan:
     _, planner = await _planned(scope, body.document, body.prune, webhook_private)
     saved = (scope.change, scope.if_match, scope.rehearsal)
     scope.change, scope.if_match, scope.rehearsal = Change(scope.project_id), None, True
@@ -149,11 +143,6 @@ def _refuse_moved(planned: dict[str, int], live: dict[str, int]) -> None:
 
 
 async def apply_project(scope: Scope, body: s.ApplyIn, webhook_private: str = "none") -> s.Applied:
-    with collector_paused():
-        return await _apply(scope, body, webhook_private)
-
-
-async def _apply(scope: Scope, body: s.ApplyIn, webhook_private: str) -> s.Applied:
     live, planner = await _planned(scope, body.document, body.prune, webhook_private)
     if body.versions is not None:
         _refuse_moved(body.versions, live.versions)
