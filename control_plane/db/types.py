@@ -5,12 +5,31 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, String
+import msgspec
+from sqlalchemy import JSON, DateTime, Label, String, Text, cast
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import InstrumentedAttribute
 from sqlalchemy.types import TypeDecorator
 
 Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+class JsonText(TypeDecorator[Any]):
+    """A ``Json`` column selected as its text (``as_json_text``) and decoded by msgspec: for
+    reads of many thousand rows, where the drivers' ``json.loads`` cost several times as much
+    (SQLite's and psycopg's both)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return None if value is None else msgspec.json.decode(value)
+
+
+def as_json_text(column: InstrumentedAttribute[Any]) -> Label[Any]:
+    """``column`` (a ``Json`` one) read through ``JsonText``, under its own name."""
+    return cast(column, JsonText()).label(column.key)
 
 
 def Key(length: int) -> String:

@@ -17,6 +17,7 @@ from control_plane.domain.projectfile.export import plain
 from control_plane.domain.projectfile.schemas import FieldChange
 from control_plane.domain.segments.schemas import SegmentRuleIn
 
+_JSON = msgspec.json.Encoder()
 SETTINGS_FIELDS = ("enabled", "offVariation", "fallthrough", "targets", "prerequisites")
 FIXED_METRIC_FIELDS = ("event", "aggregation", "numerator", "denominator", "quantile")
 
@@ -120,11 +121,14 @@ def environment(given: s.EnvironmentDoc, live: s.EnvironmentDoc | None) -> dict[
 
 def diff(before: Any, after: Any, path: str = "") -> list[FieldChange]:
     """Where ``after`` differs from ``before``: leaves of objects, items of equally long lists,
-    a whole list when its length changed."""
+    a whole list when its length changed. Most of a document is as live: two values that are
+    the same JSON differ nowhere, which is answered without walking them."""
     if isinstance(before, dict) and isinstance(after, dict):
         if not before:  # a resource created: each field given, as it is (what follows would)
             prefix = f"{path}." if path else ""
             return [FieldChange(f"{prefix}{k}", None, v) for k, v in after.items() if v is not None]
+        if not path and _JSON.encode(before) == _JSON.encode(after):
+            return []
         out: list[FieldChange] = []
         for key in [*before, *(k for k in after if k not in before)]:
             out += diff(before.get(key), after.get(key), f"{path}.{key}" if path else key)

@@ -12,6 +12,7 @@ import msgspec.inspect as mi
 from sqlalchemy import Row, select
 
 from control_plane.db.models import Environment, Flag, FlagSetting, Metric, Segment
+from control_plane.db.types import as_json_text
 from control_plane.domain.common import Scope, to_json
 from control_plane.domain.flags.reads import rules_out
 from control_plane.domain.flags.schemas import (
@@ -128,26 +129,26 @@ SETTING_COLUMNS = (
     FlagSetting.version,
     FlagSetting.enabled,
     FlagSetting.off_variation,
-    FlagSetting.fallthrough,
-    FlagSetting.targets,
-    FlagSetting.prerequisites,
-    FlagSetting.rules,
+    as_json_text(FlagSetting.fallthrough),
+    as_json_text(FlagSetting.targets),
+    as_json_text(FlagSetting.prerequisites),
+    as_json_text(FlagSetting.rules),
 )
 FLAG_COLUMNS = (
     Flag.key,
     Flag.name,
     Flag.description,
     Flag.type,
-    Flag.variations,
+    as_json_text(Flag.variations),
     Flag.temporary,
     Flag.bucket_by,
-    Flag.tags,
+    as_json_text(Flag.tags),
     Flag.client_side,
     Flag.archived,
     Flag.version,
 )
 """What the document says of a flag and its settings, read as columns (many thousand flags: no
-entity is built for a row that is only read)."""
+entity is built for a row that is only read, and JSON is decoded by msgspec)."""
 
 
 def _rules(setting: Row[Any]) -> list[RuleIn]:
