@@ -408,6 +408,17 @@ def test_no_write_makes_a_chain_deeper_than_the_engine_compiles(api: Api) -> Non
         assert fields(refused) == ["prerequisites"]
     preview = api.post("/flags/c0/environments/production/evaluate", {"context": {"key": "u"}})
     assert preview.json()["reason"] != "ERROR", preview.text
+    # an archived flag is in no snapshot: a chain it heads is not counted through it
+    for i in reversed(range(1, 31)):  # in staging, c1 -> ... -> c31
+        needs = {"prerequisites": [{"key": f"c{i + 1}", "variation": 0}]}
+        assert api.put(f"/flags/c{i}/environments/staging", needs).status_code == 200
+    above = {"prerequisites": [{"key": "c1", "variation": 0}]}
+    assert api.put("/flags/c33/environments/staging", above).status_code == 200  # 32 long
+    assert api.post("/flags/c33/archive", {}).status_code == 200
+    last = {"prerequisites": [{"key": "c32", "variation": 0}]}  # c1 ... c32: 32 (c33 ... c32: 33)
+    assert api.put("/flags/c31/environments/staging", last).status_code == 200
+    refused = api.put("/flags/c0/environments/staging", above)  # c0 ... c32: 33
+    assert refused.status_code == 422, refused.text
 
     segment(api, {"key": "s31"})
     for i in reversed(range(31)):  # s0 names s1 ... s30 names s31: 32 segments

@@ -52,6 +52,21 @@ async def _expect_setting(scope: Scope, setting: SettingRow) -> None:
     )
 
 
+async def _chains_of(scope: Scope, env: Environment) -> Chains:
+    """The environment's prerequisites, as the engine orders them: its live flags' (an archived
+    flag is in no snapshot, and naming it is no edge)."""
+    rows = await scope.session.execute(
+        select(Flag.key, FlagSetting.prerequisites)
+        .join(FlagSetting, FlagSetting.flag_id == Flag.id)
+        .where(
+            Flag.project_id == scope.project_id,
+            Flag.archived.is_(False),
+            FlagSetting.environment_id == env.id,
+        )
+    )
+    return Chains({key: [p["key"] for p in prereqs] for key, prereqs in rows})
+
+
 CHUNK = 500  # keys per ``IN (...)`` of a bulk read
 WRITTEN = ("enabled", "off_variation", "fallthrough", "rules", "targets", "prerequisites")
 """A setting's columns a bulk write sends, changed or not: the ORM makes one UPDATE of the rows
@@ -92,14 +107,7 @@ class SettingsWriter:
         scope.require(Permission.EDIT)
         with scope.session.no_autoflush:
             writer = cls(scope, await scope.environment(env_key), bulk=True)
-            rows = await scope.session.execute(
-                select(Flag.key, FlagSetting.prerequisites)
-                .join(FlagSetting, FlagSetting.flag_id == Flag.id)
-                .where(
-                    Flag.project_id == scope.project_id, FlagSetting.environment_id == writer.env.id
-                )
-            )
-            writer.chains = Chains({key: [p["key"] for p in prereqs] for key, prereqs in rows})
+            writer.chains = await _chains_of(scope, writer.env)
             writer.segments = await segments_for(scope.session, scope.project_id)
         for flag, settings in (creator.made if creator is not None else {}).values():
             if writer.env.id in settings:
@@ -167,16 +175,7 @@ class SettingsWriter:
         }
 
     async def _chains(self) -> Chains:
-        if self.bulk:
-            return self.chains
-        rows = await self.scope.session.execute(
-            select(Flag.key, FlagSetting.prerequisites)
-            .join(FlagSetting, FlagSetting.flag_id == Flag.id)
-            .where(
-                Flag.project_id == self.scope.project_id, FlagSetting.environment_id == self.env.id
-            )
-        )
-        return Chains({key: [p["key"] for p in prereqs] for key, prereqs in rows})
+        return self.chains if self.bulk else await _chains_of(self.scope, self.env)
 
     async def _segments(self) -> dict[str, w.SegmentSnapshot]:
         if self.bulk:
