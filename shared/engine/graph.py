@@ -4,8 +4,8 @@ they compile, and the rules on it (no cycles, no nesting deeper than ``MAX_NESTI
 A flag names other flags through its prerequisites and segments through ``segmentMatch``
 clauses in its rules; a segment names other segments through ``segmentMatch`` clauses in its
 own rules. This module is the one home of those rules: the compiler orders and checks with it,
-and the control plane asks it too (``segments_named``, ``segment_cycle``,
-``prerequisite_cycle``) rather than walking rules and graphs of its own.
+and the control plane asks it too (``segments_named``, ``Chains`` for a write's change to the
+graph, ``prerequisite_cycle`` for a document's) rather than walking rules and graphs of its own.
 
 A reference to a flag or segment that does not exist is not an edge: it may have been archived
 or deleted, which is not an error here (an unknown prerequisite fails, an unknown segment does
