@@ -15,7 +15,7 @@ runs the compiled result.
 from shared.engine.bucketing import WEIGHT_SCALE, bucket, experiment_bucket
 from shared.engine.contexts import context_problem, exposure_unit, unit_key
 from shared.engine.evaluator import context_key, evaluate, evaluate_all
-from shared.engine.graph import Chains, prerequisite_cycle, segment_cycle, segments_named
+from shared.engine.graph import Chains, prerequisite_cycle, segments_named
 from shared.engine.model import CompileError, ErrorKind, Evaluation, Reason
 from shared.engine.openfeature import ofrep_error_code, openfeature_reason
 from shared.engine.presave import validate_flag, validate_segment
@@ -47,7 +47,6 @@ __all__ = [
     "ofrep_error_code",
     "openfeature_reason",
     "prerequisite_cycle",
-    "segment_cycle",
     "segments_named",
     "unit_key",
     "validate_flag",

@@ -206,8 +206,9 @@ def order_keys(
 
 # ------------------------------------------------------------------------------ one root
 # The one home of the cycle rule for a single flag or segment: ``check_graph`` for the engine's
-# validation (with the nesting limit, errors at paths), ``segment_cycle`` and
-# ``prerequisite_cycle`` for the control plane (the keys of the cycle a change would close).
+# validation (with the nesting limit, errors at paths), ``Chains`` for a write of the control plane
+# (the keys of the cycle, or of the chain too long, a change would make) and ``prerequisite_cycle``
+# for a document's graph.
 
 
 def check_graph(
@@ -368,15 +369,6 @@ class Chains:
             f"{what} nested more than {MAX_NESTING} deep ({len(keys)}): "
             f"{' -> '.join(keys[:3])} -> ... -> {' -> '.join(keys[-2:])}"
         )
-
-
-def segment_cycle(key: str, names: Mapping[str, Iterable[str]]) -> list[str] | None:
-    """The cycle segment ``key`` would be part of, as ``[key, ..., key]``, or None.
-
-    ``names``: segment key -> the segment keys its rules name (``segments_named``), with
-    ``names[key]`` what the segment is about to name. A key missing from ``names`` names nothing.
-    """
-    return _cycle_through(key, names)
 
 
 def prerequisite_cycle(key: str, prerequisites: Mapping[str, Iterable[str]]) -> list[str] | None:

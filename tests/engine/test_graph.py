@@ -17,7 +17,6 @@ from shared.engine import (
     compile_patch,
     compile_snapshot,
     prerequisite_cycle,
-    segment_cycle,
     segments_named,
     validate_flag,
     validate_segment,
@@ -62,12 +61,12 @@ def test_segments_named_skips_what_is_not_a_rule() -> None:
     assert segments_named([{"clauses": [{"op": "segmentMatch", "values": ["a", 5]}]}]) == {"a"}
 
 
-def test_segment_cycle() -> None:
+def test_a_segment_cycle_is_refused_with_its_keys() -> None:
     names = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
-    assert segment_cycle("a", names) is None
-    assert segment_cycle("c", {**names, "c": {"a"}}) == ["c", "a", "b", "c"]
-    assert segment_cycle("a", {"a": {"a"}}) == ["a", "a"]
-    assert segment_cycle("new", {"new": {"unknown"}}) is None
+    assert Chains(names).refusal("a", names["a"]) is None
+    assert Chains(names).refusal("c", {"a"}) == ("cycle", ["c", "a", "b", "c"])
+    assert Chains({}).refusal("a", {"a"}) == ("cycle", ["a", "a"])
+    assert Chains({}).refusal("new", {"unknown"}) is None
 
 
 def test_prerequisite_cycle_follows_the_order_given() -> None:
@@ -83,9 +82,10 @@ def test_prerequisite_cycle_follows_the_order_given() -> None:
 def test_cycle_search_is_not_recursive() -> None:
     chain = {f"s{i}": [f"s{i + 1}"] for i in range(5000)}
     assert prerequisite_cycle("s0", chain) is None
-    looped = segment_cycle("s0", {**chain, "s5000": ["s0"]})
+    looped = Chains(chain).refusal("s5000", ["s0"])
     assert looped is not None
-    assert len(looped) == 5002
+    assert looped[0] == "cycle"
+    assert len(looped[1]) == 5002
 
 
 def test_compiling_leaves_the_garbage_collector_alone(monkeypatch: pytest.MonkeyPatch) -> None:
