@@ -158,8 +158,8 @@ async def run_changes(scope: Scope, env: Environment, changes: list[dict[str, An
                 body = msgspec.convert(item["settings"], flags.EnvironmentSettingsIn)
                 await put_settings(scope, item["flag"], env.key, body)
             if "rules" in item:
-                rules = msgspec.convert(item["rules"], list[flags.RuleIn])
-                await put_rules(scope, item["flag"], env.key, flags.RulesIn(rules=rules))
+                rules = msgspec.convert({"rules": item["rules"]}, flags.RulesIn)
+                await put_rules(scope, item["flag"], env.key, rules)
         except ApiError as exc:
             where = f"changes[{i}]"
             raise exc.at(where, f"{where} ({item_name(item)})") from exc
