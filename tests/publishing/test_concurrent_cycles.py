@@ -8,6 +8,9 @@ environment. Each check read the graph before the other's write was committed. T
 check and the write of what goes into a snapshot are serialised per project
 (``control_plane.domain.common.serialise_project_writes``).
 
+The same holds of a chain of prerequisites made longer than the engine compiles (32) by two
+writes at once, one at each end (``shared.engine.graph.Chains``).
+
 Two control-plane processes (replicas) share the database (PostgreSQL, or one SQLite file), and the two writes of each round are
 released together from a barrier, one to each replica; rounds repeat so that the race is run
 many times, not hoped for once.
@@ -174,3 +177,34 @@ def has_cycle(graph: dict[str, list[str]]) -> bool:
         return found
 
     return any(visit(key) for key in graph)
+
+
+def test_two_edits_at_once_never_store_a_chain_longer_than_the_engine_compiles(
+    replicas: tuple[ControlPlane, ControlPlane],
+) -> None:
+    """A chain of 31 prerequisites lengthened at both ends at once, one end on each replica:
+    either alone makes 32, the engine's limit; both would make 33, which no snapshot of the
+    environment could compile. Exactly one wins; the other is a 422 naming ``prerequisites``."""
+    first, second = replicas
+    for i in range(33):
+        assert first.api("POST", "/flags", {"key": f"c{i}"}).status_code == 201
+    for i in range(1, 31):  # c1 -> c2 -> ... -> c31
+        needs = {"prerequisites": [{"key": f"c{i + 1}", "variation": 0}]}
+        assert first.api("PUT", f"/flags/c{i}/environments/production", needs).status_code == 200
+    top, bottom = "/flags/c0/environments/production", "/flags/c31/environments/production"
+    for round_ in range(ROUNDS):
+        answers = at_once(
+            [
+                write(first, "PUT", top, {"prerequisites": [{"key": "c1", "variation": 0}]}),
+                write(second, "PUT", bottom, {"prerequisites": [{"key": "c32", "variation": 0}]}),
+            ]
+        )
+        statuses = sorted(answer.status_code for answer in answers)
+        assert statuses == [200, 422], [answer.text for answer in answers]
+        refused = next(answer for answer in answers if answer.status_code == 422)
+        assert refused.json()["error"]["details"][0]["field"] == "prerequisites", refused.text
+        assert "nested more than 32 deep" in refused.text
+        stored = [first.api("GET", path).json()["prerequisites"] for path in (top, bottom)]
+        assert [] in stored, f"round {round_}: a chain of 33 was stored: {stored}"
+        for path in (top, bottom):
+            assert first.api("PUT", path, {"prerequisites": []}).status_code == 200
