@@ -22,7 +22,6 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,12 +34,16 @@ pytestmark = pytest.mark.e2e
 ROUNDS = 12
 
 
-@pytest.fixture
-def replicas(database_url: str, tmp_path: Path) -> Iterator[tuple[ControlPlane, ControlPlane]]:
+@pytest.fixture(scope="module")
+def replicas(
+    module_database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ControlPlane, ControlPlane]]:
     """Two replicas of one database: PostgreSQL, and SQLite (one file, two processes), where
-    ``BEGIN IMMEDIATE`` already serialises every transaction."""
-    first = start_control_plane(database_url, tmp_path)
-    second = start_control_plane(database_url, tmp_path, keys=first.keys)
+    ``BEGIN IMMEDIATE`` already serialises every transaction. The module's tests share them,
+    each on keys of its own."""
+    cwd = tmp_path_factory.mktemp("replicas")
+    first = start_control_plane(module_database_url, cwd)
+    second = start_control_plane(module_database_url, cwd, keys=first.keys)
     try:
         yield first, second
     finally:
