@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from scipy import special
-
+from . import distributions
 from .arms import Arm, PairStats, pairs, prepare
 from .frequentist import check_alpha
 from .results import AnalysisResult, Direction, build_comparisons, guarded
@@ -36,7 +35,7 @@ DEFAULT_PRIOR_SD = 0.3
 
 
 def _ndtr(x: float) -> float:
-    return float(special.ndtr(x))
+    return distributions.ndtr(x)
 
 
 def lognormal_losses(mu: float, sd: float) -> tuple[float, float]:
@@ -78,7 +77,7 @@ def _compare(
         weighted += prior_mean / (prior_sd * prior_sd)
     sd = math.sqrt(1.0 / precision)
     mu = weighted / precision
-    q = float(special.ndtri(1.0 - alpha / 2.0))
+    q = distributions.ndtri(1.0 - alpha / 2.0)
     p_up = _ndtr(mu / sd)
     below, above = lognormal_losses(mu, sd)
     higher = direction == "higher"

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy is imported by the one function using it (see ``distributions``)
+    import numpy as np
+    import numpy.typing as npt
 
 _VARIABLES = ("y", "z", "x", "w")
 # the sum of each product of two variables' values less their shifts, by field name
@@ -173,6 +174,8 @@ def moments_from_values(
 ) -> Moments:
     """Reduce raw per-unit arrays to :class:`Moments` about their first values, as the SQL does
     (used by tests)."""
+    import numpy as np
+
     arrays: dict[str, npt.NDArray[np.float64]] = {"y": np.asarray(y, dtype=np.float64).ravel()}
     for name, given in (("z", z), ("x", x), ("w", w)):
         if given is not None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import special
-
+from . import distributions
 from .moments import ArmSummary
 from .results import AnalysisResult
 
@@ -29,7 +28,7 @@ MAX_UNITS = 2**53 - 1
 
 
 def _z(p: float) -> float:
-    return float(special.ndtri(p))
+    return distributions.ndtri(p)
 
 
 def _check(alpha: float, power: float, treatments: int) -> None:

@@ -39,11 +39,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import special
-
+from . import distributions
 from .moments import ArmSummary, sample_cov, sample_var
 
-RANK_Z = float(special.ndtri(0.95))  # the bracketing ranks: a 90 % interval for F at ξ̂
+
+def rank_z() -> float:
+    """z of the bracketing ranks: a 90 % interval for F at ξ̂."""
+    return distributions.ndtri(0.95)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ def bracket_ranks(p: float, events: int, sums: ClusterSums) -> tuple[int, int] |
     sigma = spread(p, sums)
     if sigma is None or events < 1:
         return None
-    half = RANK_Z * sigma / math.sqrt(sums.m)
+    half = rank_z() * sigma / math.sqrt(sums.m)
     return nearest_rank(max(p - half, 0.0), events), nearest_rank(min(p + half, 1.0), events)
 
 
@@ -96,5 +98,5 @@ def quantile_summary(
         return ArmSummary(exposed, None, None, None, reason="no events with a value")
     if lower is None or upper is None or exposed < 1:
         return ArmSummary(exposed, estimate, None, None, reason="fewer than 2 units with events")
-    se = max(upper - lower, 0.0) / (2.0 * RANK_Z)
+    se = max(upper - lower, 0.0) / (2.0 * rank_z())
     return ArmSummary(exposed, estimate, se * se * exposed, se)

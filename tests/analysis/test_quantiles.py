@@ -14,11 +14,11 @@ from scipy import stats
 from control_plane.analysis import analyse
 from control_plane.analysis.moments import ArmSummary
 from control_plane.analysis.quantiles import (
-    RANK_Z,
     ClusterSums,
     bracket_ranks,
     nearest_rank,
     quantile_summary,
+    rank_z,
 )
 
 Units = tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], int]
@@ -65,7 +65,7 @@ def test_one_event_per_unit_is_the_binomial_interval() -> None:
     p = 0.9
     s = (values <= np.sort(values)[nearest_rank(p, 4_000) - 1]).astype(float)
     sums = ClusterSums(4_000, float(s.sum()), float(s @ s), 4_000.0, 4_000.0, float(s.sum()))
-    half = RANK_Z * math.sqrt(s.var(ddof=1)) / math.sqrt(4_000)
+    half = rank_z() * math.sqrt(s.var(ddof=1)) / math.sqrt(4_000)
     assert math.isclose(s.var(ddof=1), p * (1 - p), rel_tol=0.01)
     assert bracket_ranks(p, 4_000, sums) == (
         math.ceil((p - half) * 4_000),
