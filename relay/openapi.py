@@ -123,6 +123,27 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "false: list without recording exposures (the browser tracker "
                 "records one when the page shows the element)",
             },
+            "units": {
+                "type": ["object", "null"],
+                "additionalProperties": {"type": "string"},
+                "description": "keys of other context kinds than the user "
+                '({"organization": "acme"})',
+            },
+            "context": {
+                "type": ["object", "null"],
+                "description": "the unit's context (LaunchDarkly's shape): the experiments' "
+                "dimensions are read from it",
+            },
+            "ts": {
+                "type": ["integer", "null"],
+                "description": "epoch ms by the page's clock when it showed the variant: the "
+                "exposure's time, put on the relay's clock as an event batch's ts is "
+                "(default: the relay's time of receipt)",
+            },
+            "sentAt": {
+                "type": ["integer", "null"],
+                "description": "epoch ms by the page's clock when it sent the request",
+            },
         },
     },
     "Selectors": {

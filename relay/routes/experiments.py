@@ -67,6 +67,10 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     units: dict[str, str] | None = None  # keys of other context kinds than the user
     # the unit's context (LaunchDarkly's shape): the experiments' dimensions are read from it
     context: dict[str, Any] | None = None
+    # when the page showed the variant, and sent this, on its clock (as an event batch's ``ts``
+    # and ``sentAt``): the exposure's time, on the relay's clock by the events' rule; none: now
+    ts: int | None = None
+    sent_at: int | None = msgspec.field(default=None, name="sentAt")
 
     def unit_of(self, experiment: ExperimentSnapshot) -> tuple[str, str] | None:
         """(the key, the qualified unit) the experiment randomizes on, None if not given."""
@@ -126,7 +130,10 @@ class ExperimentRoutes:
 
     async def _admit(
         self, request: Request, *, backends: bool
-    ) -> tuple[Admission, _Body] | Response:
+    ) -> tuple[Admission, _Body, int] | Response:
+        """The request admitted, its body, and when its exposures happened, on this relay's
+        clock (``events.on_receivers_clock``: a page's exposure and the purchase after it keep
+        the order the page's clock gave them, whichever request the relay handles first)."""
         admitted = await self.gate.admit(request, vane_error_body, backends=backends)
         if not isinstance(admitted, Admission):
             return admitted
@@ -142,8 +149,12 @@ class ExperimentRoutes:
         # is (a NUL, a url past 2048 characters), or the forwarded batch, other visitors'
         # events with it, would be refused there
         now = now_ms()
-        exposure = events.EventIn(unit=body.unit, event=events.EXPERIMENT_EXPOSURE, url=body.url)
-        problems = events.check_event(exposure, now)
+        shift, problems = events.clock_shift(body.sent_at, now)
+        at = now if body.ts is None else events.on_receivers_clock(body.ts, shift, now)
+        exposure = events.EventIn(
+            unit=body.unit, event=events.EXPERIMENT_EXPOSURE, url=body.url, ts=at
+        )
+        problems += events.check_event(exposure, now)
         for kind, key in (body.units or {}).items():
             other = events.EventIn(unit=key, unit_kind=kind, event=events.EXPERIMENT_EXPOSURE)
             problems += [
@@ -152,7 +163,7 @@ class ExperimentRoutes:
             ]
         if problems:
             return invalid(problems, headers)
-        return admitted, body
+        return admitted, body, at
 
     def _exposures(
         self,
@@ -161,7 +172,7 @@ class ExperimentRoutes:
         placement: Placement,
         body: _Body,
         admission: Admission,
-        now: int,
+        at: int,
     ) -> list[dict[str, Any]]:
         """The ``$exposure`` events to spool for a unit's placement here (to the experiment when
         it is assigned, with the dimensions it captures; to the holdouts that cover it), leaving
@@ -197,7 +208,7 @@ class ExperimentRoutes:
                 None if kind == USER else kind,
                 event_id,
                 found_props,
-                now,
+                at,
                 body.url,
             )
             if exposure is not None:
@@ -216,8 +227,7 @@ class ExperimentRoutes:
         admitted = await self._admit(request, backends=False)
         if isinstance(admitted, Response):
             return admitted
-        admission, body = admitted
-        now = now_ms()
+        admission, body, at = admitted
         running = []
         exposures = []
         for experiment in on_page(admission.state.snapshot.experiments.values(), body.url):
@@ -229,7 +239,7 @@ class ExperimentRoutes:
                 continue
             running.append(render(experiment, placement.variant))
             if body.expose:
-                exposures += self._exposures(experiment, unit, placement, body, admission, now)
+                exposures += self._exposures(experiment, unit, placement, body, admission, at)
         await self._record(exposures)
         return Response(200, msgspec.json.encode({"experiments": running}), admission.headers)
 
@@ -239,7 +249,7 @@ class ExperimentRoutes:
         admitted = await self._admit(request, backends=True)
         if isinstance(admitted, Response):
             return admitted
-        admission, body = admitted
+        admission, body, at = admitted
         key = request.param or ""
         experiment = admission.state.snapshot.experiments.get(key)
         unit = None if experiment is None else body.unit_of(experiment)
@@ -268,9 +278,8 @@ class ExperimentRoutes:
             # a page never exposes a unit to a manual experiment, nor to the holdouts through one
             exposes = experiment.type != "manual" or admission.trusted
             if placement.outcome != "outside" and exposes:
-                now = now_ms()
                 await self._record(
-                    self._exposures(experiment, unit, placement, body, admission, now)
+                    self._exposures(experiment, unit, placement, body, admission, at)
                 )
         return Response(200, msgspec.json.encode(answer), admission.headers)
 

@@ -61,9 +61,9 @@
       : Object.assign(mine, { targetingKey: unit });
   };
   // keepalive: an exposure is sent as the variant is shown, and must outlive a visitor who
-  // leaves at once (a page closed with the request in flight would cancel it)
-  const assign = (key) => post("/sdk/v1/experiments/" + encodeURIComponent(key) + "/assign",
-    { unit, units: units(), context: context(), url: location.href }, true);
+  // leaves at once. ts: this page's clock, as its events' (a goal after it stays after it)
+  const assign = (key, t = Date.now()) => post("/sdk/v1/experiments/" + encodeURIComponent(key) +
+    "/assign", { unit, units: units(), context: context(), url: location.href, ts: t, sentAt: t }, true);
   let sess = (store("vane_s") || "").split(".");
   const remember = () => {
     if (!consent) return;

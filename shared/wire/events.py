@@ -285,25 +285,45 @@ def parse_batch(
     return items, problems
 
 
-def _clock_shift(sent_at: Any, now_ms: int) -> tuple[int, list[Problem]]:
-    """How far the receiver's clock is ahead of the sender's: ``now_ms - sentAt``."""
+def clock_shift(sent_at: Any, now_ms: int) -> tuple[int, list[Problem]]:
+    """How far the receiver's clock is ahead of the sender's: ``now_ms - sentAt`` (the clocks'
+    offset plus the request's time in flight)."""
     if sent_at is None:
         return 0, []
     if type(sent_at) is not int or sent_at < EARLIEST_TS:
-        message = "epoch milliseconds by the sender's clock, when the batch was sent"
+        message = "epoch milliseconds by the sender's clock, when it was sent"
         return 0, [("sentAt", message)]
     return now_ms - sent_at, []
 
 
+SAME_CLOCK_MS = 5_000
+"""A sender whose ``sentAt`` is within this of the receiver's clock shares it (a computer kept on
+time by NTP, the request's time in flight beside): its times are kept as it gave them."""
+
+
+def on_receivers_clock(ts: int, shift_ms: int, now_ms: int) -> int:
+    """A time a sender gave on its clock (``ts``), on the receiver's; ``shift_ms`` is
+    ``clock_shift``'s. The one rule for every time a page gives: its events' and its exposures'.
+
+    Within ``SAME_CLOCK_MS`` the time is kept as it is: two requests of one page that took
+    different times in flight (an exposure held up in a busy relay's queue, the purchase after
+    it sent at once) keep the order the page's own clock gave them, which moving each by its own
+    request's shift would not. Further off (a computer minutes slow or fast), the time is moved
+    by the shift, and kept at most ``now_ms``: nothing happened after it was sent."""
+    if abs(shift_ms) <= SAME_CLOCK_MS:
+        return ts
+    return min(ts + shift_ms, now_ms)
+
+
 def _shift(item: EventIn, shift_ms: int, now_ms: int) -> None:
-    if shift_ms and item.ts is not None and item.ts >= EARLIEST_TS:
-        item.ts = min(item.ts + shift_ms, now_ms)  # nothing happened after it was sent
+    if item.ts is not None and item.ts >= EARLIEST_TS:
+        item.ts = on_receivers_clock(item.ts, shift_ms, now_ms)
 
 
 class EventBatch(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     """``sentAt``: the sender's clock when it sent the batch. Given, each ``ts`` is read on that
-    clock and moved onto the receiver's (a browser's clock may be minutes off the relay's, which
-    stamps exposures: a purchase must not land before the exposure that led to it)."""
+    clock and put on the receiver's (``on_receivers_clock``: a browser's clock may be minutes off
+    the relay's, and a purchase must not land before the exposure that led to it)."""
 
     events: list[EventIn]
     sent_at: int | None = None
@@ -341,12 +361,12 @@ def decode_batch(raw: bytes, now_ms: int) -> tuple[list[EventIn], list[Problem]]
             loose = body.decode(raw, _loose_decoder)
         except msgspec.ValidationError as exc:
             return [], [convert_problem("", exc)]
-        shift, problems = _clock_shift(loose.sent_at, now_ms)
+        shift, problems = clock_shift(loose.sent_at, now_ms)
         if problems:
             return [], problems
         return parse_batch(loose.events, now_ms, shift)
     items = batch.events
-    shift, problems = _clock_shift(batch.sent_at, now_ms)
+    shift, problems = clock_shift(batch.sent_at, now_ms)
     if problems:
         return [], problems
     if not items or len(items) > MAX_BATCH:

@@ -563,6 +563,44 @@ def test_a_visitor_whose_clock_is_ten_minutes_slow_still_converts(site: Site, co
     eventually(counted, 60, "the exposure and the signup after it", every=0.5)
 
 
+def test_a_goal_that_reaches_the_relay_before_its_exposure_still_counts(
+    site: Site, context: Any
+) -> None:
+    """Found by CI (``test_an_experiment_randomized_on_accounts...`` failed once): the page
+    showed the variant and sent the exposure, the visitor converted and left, and the relay took
+    the goal's beacon before the exposure, which it then stamped at its own clock, after the
+    goal: not counted. Here the exposure is held up in the network until the goal is stored.
+    The page says when it showed the variant, and that time is put on the relay's clock by the
+    events' own rule (``events.on_receivers_clock``), so the page's clock orders the two."""
+    element_experiment(site, "held-up", "/held-up", "#pitch", goal="held-signup")
+    held: list[Any] = []
+    context.route("**/sdk/v1/experiments/held-up/assign*", lambda route: held.append(route))
+    page = context.new_page()
+    page.goto(site.page("/held-up", '<h1 id="pitch">Original pitch</h1>'))
+    page.evaluate("vane.ready()")
+    unit = page.evaluate("vane.unit")
+    for _ in range(200):  # the exposure is sent as the variant is shown, and held
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the page sent no exposure"
+    page.evaluate("vane.track('held-signup')")
+    page.evaluate("dispatchEvent(new Event('pagehide'))")  # the goal's beacon leaves now
+    site.wait_stored(unit, "held-signup")
+    held[0].continue_()
+    site.wait_stored(unit, "$exposure")
+    page.close()
+    arm = variant_of("held-up", unit, TWO, [None, None])
+
+    def counted() -> bool:
+        results = site.api("GET", "/experiments/held-up").json()["results"]
+        return {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]} == {
+            v: (1, 1) if v == arm else (0, 0) for v in TWO
+        }
+
+    eventually(counted, 60, "the exposure and the goal after it", every=0.5)
+
+
 def test_the_api_is_what_the_type_declarations_say(site: Site, context: Any) -> None:
     declared = httpx.get(f"{site.relay.url}/sdk/v1/vane.d.ts").text
     interface = declared.split("export interface Vane {", 1)[1].split("\n}", 1)[0]

@@ -183,6 +183,69 @@ def test_the_relay_exposes_on_its_own_assignment_and_clock_and_never_for_manual(
     assert site.exposed(manual["key"]) == {"control": 0, "treatment": 0}
 
 
+def test_a_purchase_after_the_variant_was_shown_counts_whichever_request_arrives_first(
+    site: Site,
+) -> None:
+    """Found by CI (the tracker's test of experiments on accounts): a page showed the variant,
+    sent its exposure, tracked a purchase and closed; the relay took the purchase's beacon
+    first and stamped the exposure when it got to it, after the purchase, which then did not
+    count. The rule: every time a page gives is put on the relay's clock by one rule
+    (``events.on_receivers_clock``), the exposure's too, so the page's own clock orders them."""
+    experiment = site.experiment(
+        {
+            "name": "Late exposure",
+            "type": "element",
+            "selector": "h1",
+            "goal": "upgrade",
+            "variants": TWO,
+        }
+    )
+    site.relay_current()
+    shown = int(time.time() * 1000)
+    purchase = {"unit": "visitor-late", "event": "upgrade", "ts": shown + 40}
+    beacon = site.page("/sdk/v1/events", {"events": [purchase], "sentAt": shown + 50})
+    assert beacon.status_code == 200, beacon.text
+    time.sleep(0.3)  # the exposure, sent first, is taken last
+    exposure = {"unit": "visitor-late", "url": "/", "ts": shown, "sentAt": shown}
+    assigned = site.page(f"/sdk/v1/experiments/{experiment['key']}/assign", exposure)
+    assert assigned.status_code == 200, assigned.text
+    assert assigned.json()["assigned"] is True
+
+    def counted() -> bool:
+        results = site.api("GET", f"/experiments/{experiment['key']}").json()["results"]
+        variants = results["variants"]
+        return (sum(v["exposed"] for v in variants), sum(v["conversions"] for v in variants)) == (
+            1,
+            1,
+        )
+
+    def seen() -> str:
+        stored = site.stored(unit="visitor-late")
+        return f"stored: {[(e['event'], e['ts'] - shown) for e in stored]}"
+
+    eventually(counted, 30, seen, every=0.5)
+    [stored] = site.stored(event="$exposure", unit="visitor-late")
+    assert stored["ts"] == shown
+
+
+def test_an_exposures_time_is_held_to_the_event_rules(site: Site) -> None:
+    experiment = site.experiment(
+        {"name": "Timed", "type": "element", "selector": "h1", "variants": TWO}
+    )
+    site.relay_current()
+    path = f"/sdk/v1/experiments/{experiment['key']}/assign"
+    for body, field in (
+        ({"ts": 17}, "ts"),
+        ({"ts": "now"}, "ts"),
+        ({"sentAt": 1.5}, "sentAt"),
+        ({"sentAt": 17}, "sentAt"),
+    ):
+        answer = site.page(path, {"unit": "visitor-timed", "url": "/", **body})
+        assert answer.status_code == 422, answer.text
+        assert [d["field"] for d in answer.json()["error"]["details"]] == [field], answer.text
+    assert site.exposed(experiment["key"]) == {"control": 0, "treatment": 0}
+
+
 def test_values_are_bounded_and_results_survive_the_largest(site: Site) -> None:
     site.api("POST", "/metrics", {"name": "Spend", "event": "spend", "aggregation": "sum"})
     exp = site.experiment({"name": "Bounds", "type": "manual", "goal": "spend"})
