@@ -535,6 +535,19 @@ def test_results_count_the_browsers_exposures_and_goals(
         assert (purchase["value"], purchase["currency"]) == (4999, "EUR")
 
 
+def converted(site: Site, experiment: str, unit: str) -> Callable[[], bool]:
+    """Whether the results show ``unit``'s arm exposed and converted once, the other arm not."""
+    arm = variant_of(experiment, unit, TWO, [None, None])
+
+    def counted() -> bool:
+        results = site.api("GET", f"/experiments/{experiment}").json()["results"]
+        return {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]} == {
+            v: (1, 1) if v == arm else (0, 0) for v in TWO
+        }
+
+    return counted
+
+
 def test_a_visitor_whose_clock_is_ten_minutes_slow_still_converts(site: Site, context: Any) -> None:
     element_experiment(site, "skewed", "/skewed", "#pitch", goal="skew-signup")
     context.add_init_script("{ const now = Date.now; Date.now = () => now() - 600000; }")
@@ -552,15 +565,9 @@ def test_a_visitor_whose_clock_is_ten_minutes_slow_still_converts(site: Site, co
     [signup] = site.wait_stored(unit, "skew-signup")
     after = time.time() * 1000
     assert before <= signup["ts"] <= after  # on the relay's clock, not the page's
-    arm = variant_of("skewed", unit, TWO, [None, None])
-
-    def counted() -> bool:
-        results = site.api("GET", "/experiments/skewed").json()["results"]
-        return {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]} == {
-            v: (1, 1) if v == arm else (0, 0) for v in TWO
-        }
-
-    eventually(counted, 60, "the exposure and the signup after it", every=0.5)
+    eventually(
+        converted(site, "skewed", unit), 60, "the exposure and the signup after it", every=0.5
+    )
 
 
 def test_a_goal_that_reaches_the_relay_before_its_exposure_still_counts(
@@ -590,15 +597,9 @@ def test_a_goal_that_reaches_the_relay_before_its_exposure_still_counts(
     held[0].continue_()
     site.wait_stored(unit, "$exposure")
     page.close()
-    arm = variant_of("held-up", unit, TWO, [None, None])
-
-    def counted() -> bool:
-        results = site.api("GET", "/experiments/held-up").json()["results"]
-        return {v["key"]: (v["exposed"], v["conversions"]) for v in results["variants"]} == {
-            v: (1, 1) if v == arm else (0, 0) for v in TWO
-        }
-
-    eventually(counted, 60, "the exposure and the goal after it", every=0.5)
+    eventually(
+        converted(site, "held-up", unit), 60, "the exposure and the goal after it", every=0.5
+    )
 
 
 def test_the_api_is_what_the_type_declarations_say(site: Site, context: Any) -> None:
