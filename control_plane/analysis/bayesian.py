@@ -34,16 +34,12 @@ from .results import AnalysisResult, Direction, build_comparisons, guarded
 DEFAULT_PRIOR_SD = 0.3
 
 
-def _ndtr(x: float) -> float:
-    return distributions.ndtr(x)
-
-
 def lognormal_losses(mu: float, sd: float) -> tuple[float, float]:
     """(E[max(0, 1 - e^l)], E[max(0, e^l - 1)]) for l ~ N(mu, sd^2), sd > 0."""
     z = mu / sd
     scale = math.exp(mu + sd * sd / 2.0)
-    below = _ndtr(-z) - scale * _ndtr(-z - sd)
-    above = scale * _ndtr(z + sd) - _ndtr(z)
+    below = distributions.ndtr(-z) - scale * distributions.ndtr(-z - sd)
+    above = scale * distributions.ndtr(z + sd) - distributions.ndtr(z)
     return max(below, 0.0), max(above, 0.0)
 
 
@@ -78,7 +74,7 @@ def _compare(
     sd = math.sqrt(1.0 / precision)
     mu = weighted / precision
     q = distributions.ndtri(1.0 - alpha / 2.0)
-    p_up = _ndtr(mu / sd)
+    p_up = distributions.ndtr(mu / sd)
     below, above = lognormal_losses(mu, sd)
     higher = direction == "higher"
     out |= {

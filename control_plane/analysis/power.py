@@ -27,10 +27,6 @@ MAX_UNITS = 2**53 - 1
 """A plan needing more units than this (about 9e15 per arm) is no plan: refused, not computed."""
 
 
-def _z(p: float) -> float:
-    return distributions.ndtri(p)
-
-
 def _check(alpha: float, power: float, treatments: int) -> None:
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
@@ -43,7 +39,7 @@ def _check(alpha: float, power: float, treatments: int) -> None:
 def z_sum(alpha: float, power: float, treatments: int = 1) -> float:
     """z_{1 - alpha/(2m)} + z_{power} for m treatments."""
     _check(alpha, power, treatments)
-    return _z(1.0 - alpha / (2.0 * treatments)) + _z(power)
+    return distributions.ndtri(1.0 - alpha / (2.0 * treatments)) + distributions.ndtri(power)
 
 
 def units_per_arm(
